@@ -1,0 +1,39 @@
+# Build settings for pactrain's own tests, examples and benchmarks. They travel through the
+# non-installed INTERFACE target pactrain_project_options, which those targets link PRIVATE:
+# consumers of pactrain::pactrain never see these flags.
+
+include_guard(GLOBAL)
+
+add_library(pactrain_project_options INTERFACE)
+
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(pactrain_project_options INTERFACE
+    -Wall -Wextra -Wpedantic
+    # Results that must match bit for bit across builds and translation units: no implicit
+    # fused multiply-adds.
+    -ffp-contract=off)
+  if(PACTRAIN_WERROR)
+    target_compile_options(pactrain_project_options INTERFACE -Werror)
+  endif()
+  if(PACTRAIN_SANITIZE)
+    set(_pactrain_sanitize_flags
+      -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+    target_compile_options(pactrain_project_options INTERFACE ${_pactrain_sanitize_flags})
+    target_link_options(pactrain_project_options INTERFACE ${_pactrain_sanitize_flags})
+    unset(_pactrain_sanitize_flags)
+  endif()
+elseif(MSVC)
+  target_compile_options(pactrain_project_options INTERFACE /W4 /permissive-)
+  if(PACTRAIN_WERROR)
+    target_compile_options(pactrain_project_options INTERFACE /WX)
+  endif()
+  if(PACTRAIN_SANITIZE)
+    message(WARNING "PACTRAIN_SANITIZE is only implemented for GCC and Clang")
+  endif()
+endif()
+
+# pactrain_target_defaults(<target>): applies the settings above to one of pactrain's own
+# targets.
+function(pactrain_target_defaults target)
+  target_link_libraries(${target} PRIVATE pactrain_project_options)
+endfunction()

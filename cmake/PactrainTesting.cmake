@@ -1,0 +1,113 @@
+# Helpers that turn one test source file into one executable and its ctest registrations.
+
+include_guard(GLOBAL)
+
+set(PACTRAIN_TEST_TIMEOUT 120 CACHE STRING "Timeout in seconds of each pactrain test")
+set(PACTRAIN_MPI_TEST_RANKS 1 2 4 CACHE STRING
+  "Rank counts each MPI test runs on (a list; each count is one ctest test)")
+
+# Extra mpiexec flags. Open MPI refuses to run as root and to start more ranks than cores
+# unless told to; both are normal on CI machines and containers. Decided once, when the cache
+# entry is created.
+if(NOT DEFINED CACHE{PACTRAIN_MPIEXEC_FLAGS})
+  set(_pactrain_default_mpiexec_flags "")
+  if(MPIEXEC_EXECUTABLE)
+    execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version
+      OUTPUT_VARIABLE _pactrain_mpiexec_version ERROR_VARIABLE _pactrain_mpiexec_version
+      RESULT_VARIABLE _pactrain_mpiexec_rc TIMEOUT 30)
+    if(_pactrain_mpiexec_version MATCHES "Open MPI|OpenRTE|open-mpi")
+      set(_pactrain_default_mpiexec_flags --allow-run-as-root --oversubscribe)
+    endif()
+    unset(_pactrain_mpiexec_version)
+    unset(_pactrain_mpiexec_rc)
+  endif()
+  set(PACTRAIN_MPIEXEC_FLAGS "${_pactrain_default_mpiexec_flags}" CACHE STRING
+    "Flags passed to mpiexec for pactrain's MPI tests (a list), before MPIEXEC_PREFLAGS")
+  unset(_pactrain_default_mpiexec_flags)
+endif()
+
+# Environment of every MPI test.
+#  - mpi_yield_when_idle: oversubscribed ranks that busy-poll make small collectives ~200x
+#    slower; yielding keeps the tests fast on machines with fewer cores than ranks.
+#  - btl self,vader with single_copy_mechanism none: shared memory only, without the
+#    cross-memory-attach path that fails where ptrace is restricted (containers).
+set(PACTRAIN_MPI_TEST_ENVIRONMENT
+  OMPI_MCA_mpi_yield_when_idle=1
+  OMPI_MCA_btl=self,vader
+  OMPI_MCA_btl_vader_single_copy_mechanism=none)
+
+# LeakSanitizer under MPI: Open MPI leaks its own allocations (made in MPI_Init, in libmpi,
+# libopen-rte, libopen-pal and libevent) at MPI_Finalize; tests/lsan.supp suppresses leaks whose
+# stack passes through those libraries. Those libraries are built without frame pointers, so the
+# default fast unwinder stops inside them (often in a component that has since been unloaded)
+# and no suppression can match: the MPI tests need the slow, DWARF-based unwinder for malloc.
+# Leaks in pactrain's or the tests' own code are still reported.
+set(PACTRAIN_LSAN_SUPPRESSIONS "${PROJECT_SOURCE_DIR}/tests/lsan.supp")
+set(PACTRAIN_MPI_TEST_LSAN_OPTIONS
+  "suppressions=${PACTRAIN_LSAN_SUPPRESSIONS}:print_suppressions=0:fast_unwind_on_malloc=0")
+
+# pactrain_test_stem(<out-var> <source>): "tests/unit/mask_test.cpp" -> "mask_test".
+function(pactrain_test_stem out source)
+  get_filename_component(stem "${source}" NAME_WE)
+  set(${out} "${stem}" PARENT_SCOPE)
+endfunction()
+
+# pactrain_add_unit_test(<source>): a doctest executable pactrain_unit_<stem> (the source
+# provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest test
+# unit.<stem>, label unit.
+function(pactrain_add_unit_test source)
+  pactrain_test_stem(stem "${source}")
+  set(target pactrain_unit_${stem})
+  add_executable(${target} "${source}")
+  target_link_libraries(${target} PRIVATE pactrain::pactrain doctest::doctest)
+  if(TARGET Eigen3::Eigen)
+    target_link_libraries(${target} PRIVATE Eigen3::Eigen)
+  endif()
+  # Shared test helpers: #include "common/<helper>.hpp".
+  target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests")
+  pactrain_target_defaults(${target})
+  set_target_properties(${target} PROPERTIES
+    OUTPUT_NAME ${stem}
+    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/unit")
+
+  add_test(NAME unit.${stem} COMMAND ${target})
+  set_tests_properties(unit.${stem} PROPERTIES LABELS unit TIMEOUT ${PACTRAIN_TEST_TIMEOUT})
+endfunction()
+
+# pactrain_add_mpi_test(<source>): a doctest executable pactrain_mpi_<stem> linked with the
+# shared MPI-aware doctest main, registered once per rank count N in PACTRAIN_MPI_TEST_RANKS
+# as ctest test mpi.<stem>.np<N>, label mpi.
+function(pactrain_add_mpi_test source)
+  pactrain_test_stem(stem "${source}")
+  set(target pactrain_mpi_${stem})
+  add_executable(${target} "${source}")
+  target_link_libraries(${target} PRIVATE pactrain_mpi_doctest_main pactrain::mpi doctest::doctest)
+  if(TARGET Eigen3::Eigen)
+    target_link_libraries(${target} PRIVATE Eigen3::Eigen)
+  endif()
+  # Shared test helpers: #include "common/<helper>.hpp".
+  target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests")
+  pactrain_target_defaults(${target})
+  set_target_properties(${target} PROPERTIES
+    OUTPUT_NAME ${stem}
+    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/mpi")
+
+  foreach(ranks IN LISTS PACTRAIN_MPI_TEST_RANKS)
+    set(test mpi.${stem}.np${ranks})
+    add_test(NAME ${test}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks}
+              ${PACTRAIN_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${test} PROPERTIES
+      LABELS mpi
+      TIMEOUT ${PACTRAIN_TEST_TIMEOUT}
+      # ctest -jN then counts every rank, and does not start 4-rank tests side by side on a
+      # 2-core machine.
+      PROCESSORS ${ranks}
+      ENVIRONMENT "${PACTRAIN_MPI_TEST_ENVIRONMENT}")
+    if(PACTRAIN_SANITIZE)
+      set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT_MODIFICATION
+        "LSAN_OPTIONS=string_append::${PACTRAIN_MPI_TEST_LSAN_OPTIONS}")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,330 @@
+// Compaction: dense gradient -> payload of kept entries (gather), and back (scatter).
+//
+// A compactor turns a mask into a plan once (per mask version) and then runs gather and
+// scatter with that plan every step. Payload entry k is the k-th kept entry in index order,
+// so ranks holding the same mask produce payloads that add up elementwise.
+#pragma once
+
+#include <pactrain/detail/config.hpp>
+#include <pactrain/detail/cpu.hpp>
+#include <pactrain/detail/host_kernels.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/mask.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace pactrain {
+
+/// Where a component's buffers live.
+enum class memory_space { host, device };
+
+/// Value types the compactors handle.
+template <class T>
+concept gradient_value = std::same_as<T, float> || std::same_as<T, double>;
+
+/// A compactor C that can compact T-valued gradients under masks of type Mask:
+///   make_plan(mask)                      -> C::plan_type, with size() and count();
+///   gather(plan, dense, payload)         payload[k] = dense[k-th kept index];
+///   scatter(plan, payload, dense, scale) dense[i] = scale * payload[rank(i)] if kept, else 0.
+/// C::memory says where dense and payload buffers must live.
+template <class C, class Mask, class T>
+concept compactor_for = gradient_mask<Mask> &&
+    requires(const C& c, const Mask& m, const typename C::plan_type& p, std::span<const T> in,
+             std::span<T> out, T scale) {
+  { C::memory } -> std::convertible_to<memory_space>;
+  { c.make_plan(m) } -> std::same_as<typename C::plan_type>;
+  { p.size() } -> std::same_as<std::size_t>;
+  { p.count() } -> std::same_as<std::size_t>;
+  c.gather(p, in, out);
+  c.scatter(p, in, out, scale);
+};
+
+/// Instruction sets of the host kernels. `automatic` takes the widest the CPU supports.
+enum class host_isa { automatic, portable, avx2, avx512 };
+
+/// How a host plan stores the kept entries:
+///   bitmap   one bit per entry; kernels stream the dense tensor (mid densities);
+///   runs     (begin, length) of maximal kept runs; memcpy per run (blocks, structured masks);
+///   indices  32-bit index per kept entry; touches only kept entries (very low densities).
+/// `automatic` picks per mask from its density and mean run length.
+enum class plan_format { automatic, bitmap, runs, indices };
+
+inline const char* to_string(host_isa isa) noexcept {
+  switch (isa) {
+    case host_isa::automatic: return "automatic";
+    case host_isa::portable: return "portable";
+    case host_isa::avx2: return "avx2";
+    case host_isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+inline const char* to_string(plan_format f) noexcept {
+  switch (f) {
+    case plan_format::automatic: return "automatic";
+    case plan_format::bitmap: return "bitmap";
+    case plan_format::runs: return "runs";
+    case plan_format::indices: return "indices";
+  }
+  return "?";
+}
+
+/// True when this CPU can run the kernels of `isa`.
+inline bool isa_supported(host_isa isa) noexcept {
+  switch (isa) {
+    case host_isa::automatic:
+    case host_isa::portable: return true;
+    case host_isa::avx2: return detail::cpu().avx2;
+    case host_isa::avx512: return detail::cpu().avx512;
+  }
+  return false;
+}
+
+/// The compactor for buffers in host memory.
+class host_compactor {
+ public:
+  static constexpr memory_space memory = memory_space::host;
+
+  struct options {
+    host_isa isa = host_isa::automatic;
+    plan_format format = plan_format::automatic;
+    /// automatic format: runs when the mean run length reaches this many entries.
+    std::size_t min_mean_run = 16;
+    /// automatic format: indices when fewer than one entry in this many is kept.
+    std::size_t sparse_ratio = 32;
+  };
+
+  /// A compaction plan for one tensor. Plans are plain values: copyable, independent of the
+  /// mask they were built from, and usable by any host_compactor.
+  class plan_type {
+   public:
+    plan_type() = default;
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t count() const noexcept { return count_; }
+    [[nodiscard]] plan_format format() const noexcept { return format_; }
+
+   private:
+    friend class host_compactor;
+    struct run {
+      std::size_t begin;
+      std::size_t length;
+    };
+    std::size_t size_ = 0;
+    std::size_t count_ = 0;
+    plan_format format_ = plan_format::runs;
+    std::vector<std::uint64_t> words_;    // bitmap
+    std::vector<run> runs_;               // runs
+    std::vector<std::uint32_t> indices_;  // indices
+  };
+
+  host_compactor() : host_compactor(options{}) {}
+
+  /// Throws pactrain::error when the requested ISA is not available on this CPU.
+  explicit host_compactor(options opt) : opt_(opt) {
+    if (opt_.isa == host_isa::automatic) {
+      opt_.isa = isa_supported(host_isa::avx512) ? host_isa::avx512
+                 : isa_supported(host_isa::avx2) ? host_isa::avx2
+                                                 : host_isa::portable;
+    }
+    PACTRAIN_EXPECTS(isa_supported(opt_.isa), std::string("host_compactor: this CPU does not "
+                                                          "support the ") +
+                                                  to_string(opt_.isa) + " kernels");
+    PACTRAIN_EXPECTS(opt_.min_mean_run > 0 && opt_.sparse_ratio > 0,
+                     "host_compactor: format thresholds must be positive");
+  }
+
+  /// The instruction set in use (never automatic).
+  [[nodiscard]] host_isa isa() const noexcept { return opt_.isa; }
+  [[nodiscard]] const options& config() const noexcept { return opt_; }
+
+  template <gradient_mask Mask>
+  [[nodiscard]] plan_type make_plan(const Mask& mask) const {
+    plan_type p;
+    p.size_ = mask.size();
+    p.count_ = mask.count();
+    std::size_t runs = 0;
+    mask.for_each_run([&](std::size_t, std::size_t) { ++runs; });
+    p.format_ = choose_format(p.size_, p.count_, runs);
+    switch (p.format_) {
+      case plan_format::bitmap:
+        p.words_.reserve(detail::words_for(p.size_));
+        detail::for_each_word(mask, [&](std::uint64_t w) { p.words_.push_back(w); });
+        break;
+      case plan_format::runs:
+        p.runs_.reserve(runs);
+        mask.for_each_run([&](std::size_t b, std::size_t len) { p.runs_.push_back({b, len}); });
+        break;
+      case plan_format::indices:
+        p.indices_.reserve(p.count_);
+        mask.for_each_run([&](std::size_t b, std::size_t len) {
+          for (std::size_t i = b; i < b + len; ++i)
+            p.indices_.push_back(static_cast<std::uint32_t>(i));
+        });
+        break;
+      case plan_format::automatic: break;
+    }
+    return p;
+  }
+
+  /// payload[k] = dense[k-th kept index]. Throws pactrain::error (touching nothing) unless
+  /// dense.size() == plan.size(), payload.size() == plan.count(), the buffers do not
+  /// overlap and neither is null with a nonzero size.
+  template <gradient_value T>
+  void gather(const plan_type& plan, std::span<const T> dense, std::span<T> payload) const {
+    check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
+    const T* in = dense.data();
+    T* out = payload.data();
+    switch (plan.format_) {
+      case plan_format::runs: {
+        std::size_t k = 0;
+        for (const auto& r : plan.runs_) {
+          std::memcpy(out + k, in + r.begin, r.length * sizeof(T));
+          k += r.length;
+        }
+        break;
+      }
+      case plan_format::indices: {
+        const std::uint32_t* idx = plan.indices_.data();
+        for (std::size_t k = 0; k < plan.count_; ++k) out[k] = in[idx[k]];
+        break;
+      }
+      case plan_format::bitmap: {
+        const std::size_t full = plan.size_ / 64;
+        std::size_t k = 0;
+        switch (opt_.isa) {
+#if PACTRAIN_HAS_X86_KERNELS
+          case host_isa::avx512:
+            k = detail::gather_words_avx512(plan.words_.data(), full, in, out, plan.count_);
+            break;
+          case host_isa::avx2:
+            k = detail::gather_words_avx2(plan.words_.data(), full, in, out, plan.count_);
+            break;
+#endif
+          default:
+            k = detail::gather_words_portable(plan.words_.data(), full, in, out, plan.count_);
+        }
+        if (full < plan.words_.size())
+          detail::gather_word(plan.words_[full], in + 64 * full, out + k);
+        break;
+      }
+      case plan_format::automatic: break;
+    }
+  }
+
+  /// dense[i] = scale * payload[rank(i)] at kept entries and +0 at pruned ones; every entry
+  /// of dense is written. Preconditions as for gather.
+  template <gradient_value T>
+  void scatter(const plan_type& plan, std::span<const T> payload, std::span<T> dense,
+               T scale) const {
+    check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
+    const T* p = payload.data();
+    T* out = dense.data();
+    switch (plan.format_) {
+      case plan_format::runs: {
+        std::size_t k = 0;
+        std::size_t pos = 0;
+        for (const auto& r : plan.runs_) {
+          std::fill(out + pos, out + r.begin, T(0));
+          scale_copy(p + k, out + r.begin, r.length, scale);
+          k += r.length;
+          pos = r.begin + r.length;
+        }
+        std::fill(out + pos, out + plan.size_, T(0));
+        break;
+      }
+      case plan_format::indices: {
+        const std::uint32_t* idx = plan.indices_.data();
+        std::size_t pos = 0;
+        for (std::size_t k = 0; k < plan.count_; ++k) {
+          std::fill(out + pos, out + idx[k], T(0));
+          out[idx[k]] = p[k] * scale;
+          pos = std::size_t{idx[k]} + 1;
+        }
+        std::fill(out + pos, out + plan.size_, T(0));
+        break;
+      }
+      case plan_format::bitmap: {
+        const std::size_t full = plan.size_ / 64;
+        std::size_t k = 0;
+        switch (opt_.isa) {
+#if PACTRAIN_HAS_X86_KERNELS
+          case host_isa::avx512:
+            k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_);
+            break;
+          case host_isa::avx2:
+            k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_);
+            break;
+#endif
+          default:
+            k = detail::scatter_words_portable(plan.words_.data(), full, p, out, scale,
+                                               plan.count_);
+        }
+        if (full < plan.words_.size()) {
+          detail::scatter_word(plan.words_[full], plan.size_ - 64 * full, p + k, out + 64 * full,
+                               scale);
+        }
+        break;
+      }
+      case plan_format::automatic: break;
+    }
+  }
+
+ private:
+  [[nodiscard]] plan_format choose_format(std::size_t size, std::size_t count,
+                                          std::size_t runs) const noexcept {
+    const bool indices_fit = size <= std::size_t{std::numeric_limits<std::uint32_t>::max()} + 1;
+    if (opt_.format != plan_format::automatic) {
+      return opt_.format == plan_format::indices && !indices_fit ? plan_format::bitmap
+                                                                 : opt_.format;
+    }
+    if (runs <= 1 || count >= opt_.min_mean_run * runs) return plan_format::runs;
+    if (indices_fit && count * opt_.sparse_ratio < size) return plan_format::indices;
+    return plan_format::bitmap;
+  }
+
+  template <class T>
+  static void scale_copy(const T* src, T* dst, std::size_t n, T scale) noexcept {
+    if (scale == T(1)) {
+      std::memcpy(dst, src, n * sizeof(T));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+    }
+  }
+
+  template <class T>
+  static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
+                            const T* payload, std::size_t payload_size, const char* op) {
+    const std::string where = std::string("host_compactor::") + op + ": ";
+    PACTRAIN_EXPECTS(dense_size == plan.size_,
+                     where + "dense buffer has " + std::to_string(dense_size) +
+                         " entries, the plan " + std::to_string(plan.size_));
+    PACTRAIN_EXPECTS(payload_size == plan.count_,
+                     where + "payload buffer has " + std::to_string(payload_size) +
+                         " entries, the plan keeps " + std::to_string(plan.count_));
+    PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
+    PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
+    if (dense_size != 0 && payload_size != 0) {
+      const std::less<const T*> lt;
+      const bool apart = !lt(dense, payload + payload_size) || !lt(payload, dense + dense_size);
+      PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
+    }
+  }
+
+  options opt_;
+};
+
+static_assert(compactor_for<host_compactor, bitmap_mask, float>);
+static_assert(compactor_for<host_compactor, index_mask, double>);
+static_assert(compactor_for<host_compactor, block_mask<32>, float>);
+
+}  // namespace pactrain

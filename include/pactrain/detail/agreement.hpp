@@ -1,0 +1,115 @@
+// The mask tracker's check: do all ranks hold the same layout, masks and bucket strategies?
+//
+// One allreduce(MAX) of a few words on the common path; a second round and a broadcast only
+// when something disagrees, to name the first mismatching tensor identically on every rank.
+// A rank that rejected its own input takes part all the same, so no rank is left waiting in
+// a collective and every rank throws.
+#pragma once
+
+#include <pactrain/communicator.hpp>
+#include <pactrain/digest.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pactrain::detail {
+
+struct agreement_input {
+  const param_layout* layout = nullptr;
+  std::span<const std::uint64_t> mask_digests;  // one per tensor; unused when local_error is set
+  std::uint64_t config_digest = 0;              // e.g. the bucket strategies
+  std::string local_error;                      // non-empty: this rank rejected its input
+  const char* operation = "";                   // for messages, e.g. "set_masks"
+};
+
+inline std::uint64_t tensor_digest(const tensor_info& t) {
+  return digest_builder(0x74656e73)  // "tens"
+      .add(t.name)
+      .add(static_cast<std::uint64_t>(t.size))
+      .add(static_cast<std::uint64_t>(t.rows))
+      .add(static_cast<std::uint64_t>(t.cols))
+      .value();
+}
+
+// A fixed-size text buffer sent from `root` to everyone.
+template <communicator Comm>
+std::string broadcast_text(Comm& comm, int root, const std::string& text) {
+  std::array<std::byte, 1024> buf{};
+  if (comm.rank() == root) {
+    std::memcpy(buf.data(), text.data(), std::min(text.size(), buf.size() - 1));
+  }
+  comm.broadcast(std::span<std::byte>(buf), root);
+  const char* s = reinterpret_cast<const char*>(buf.data());
+  return std::string(s, std::find(s, s + buf.size(), '\0'));
+}
+
+inline std::string strip_prefix(std::string s) {
+  const std::string prefix = "pactrain: ";
+  if (s.starts_with(prefix)) s.erase(0, prefix.size());
+  return s;
+}
+
+/// Throws the same pactrain::error on every rank unless all ranks agree. Collective.
+template <communicator Comm>
+void agree(Comm& comm, const agreement_input& in) {
+  const param_layout& layout = *in.layout;
+  const bool failed = !in.local_error.empty();
+  const std::uint64_t tensors = layout.tensor_count();
+  const std::uint64_t ld = layout.digest();
+  const std::uint64_t md = failed ? 0 : digest_builder(0x616c6c6d).add(in.mask_digests).value();
+  const std::uint64_t cd = in.config_digest;
+  // max over ranks of x and of ~x gives max and ~min: all equal iff max == min.
+  std::array<std::uint64_t, 9> v = {failed ? static_cast<std::uint64_t>(comm.rank()) + 1 : 0,
+                                    tensors,
+                                    ~tensors,
+                                    ld,
+                                    ~ld,
+                                    md,
+                                    ~md,
+                                    cd,
+                                    ~cd};
+  comm.allreduce(std::span<std::uint64_t>(v), reduce_op::max);
+  const std::string op = in.operation;
+  if (v[0] != 0) {
+    const int root = static_cast<int>(v[0] - 1);
+    const std::string msg = broadcast_text(comm, root, strip_prefix(in.local_error));
+    PACTRAIN_FAIL(op + " rejected on rank " + std::to_string(root) + ": " + msg);
+  }
+  const auto same = [&](std::size_t i) { return v[i] == ~v[i + 1]; };
+  if (!same(1)) {
+    PACTRAIN_FAIL(op + ": layouts differ across ranks: between " + std::to_string(~v[2]) + " and " +
+                  std::to_string(v[1]) + " tensors");
+  }
+  if (!same(3) || !same(5)) {
+    std::vector<std::uint64_t> w(4 * tensors);
+    for (std::size_t i = 0; i < tensors; ++i) {
+      const std::uint64_t t = tensor_digest(layout.tensors()[i]);
+      w[4 * i] = t;
+      w[4 * i + 1] = ~t;
+      w[4 * i + 2] = in.mask_digests[i];
+      w[4 * i + 3] = ~in.mask_digests[i];
+    }
+    comm.allreduce(std::span<std::uint64_t>(w), reduce_op::max);
+    for (std::size_t i = 0; i < tensors; ++i) {
+      const bool layout_same = w[4 * i] == ~w[4 * i + 1];
+      const bool mask_same = w[4 * i + 2] == ~w[4 * i + 3];
+      if (layout_same && mask_same) continue;
+      const std::string name = broadcast_text(comm, 0, layout.tensors()[i].name);
+      PACTRAIN_FAIL(op + ": " + (layout_same ? "masks" : "layouts") +
+                    " differ across ranks, first at tensor " + std::to_string(i) + " '" + name +
+                    "' (name as on rank 0)");
+    }
+    PACTRAIN_FAIL(op + ": layouts differ across ranks: bucket capacities differ");
+  }
+  if (!same(7)) PACTRAIN_FAIL(op + ": bucket strategies differ across ranks");
+}
+
+}  // namespace pactrain::detail

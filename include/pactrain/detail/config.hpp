@@ -1,0 +1,24 @@
+// Version and feature checks shared by every pactrain header.
+#pragma once
+
+#define PACTRAIN_VERSION_MAJOR 0
+#define PACTRAIN_VERSION_MINOR 1
+#define PACTRAIN_VERSION_PATCH 0
+
+#if __cplusplus < 202002L
+#error "pactrain needs C++20"
+#endif
+
+// Run-time selected SIMD kernels use function target attributes, a GCC/Clang extension.
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define PACTRAIN_HAS_X86_KERNELS 1
+#else
+#define PACTRAIN_HAS_X86_KERNELS 0
+#endif
+
+namespace pactrain {
+
+/// The library version as "major.minor.patch".
+inline constexpr const char* version_string() noexcept { return "0.1.0"; }
+
+}  // namespace pactrain

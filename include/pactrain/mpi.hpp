@@ -1,0 +1,195 @@
+// mpi_communicator: pactrain's collectives over an MPI communicator the user owns.
+//
+// Needs MPI (link pactrain::mpi). Uses only MPI's C API.
+#pragma once
+
+#include <pactrain/communicator.hpp>
+#include <pactrain/error.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pactrain {
+
+namespace detail {
+
+template <class T>
+MPI_Datatype mpi_type() noexcept {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  if constexpr (std::is_same_v<T, std::uint32_t>) return MPI_UINT32_T;
+  if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
+  if constexpr (std::is_same_v<T, std::byte>) return MPI_BYTE;
+}
+
+inline MPI_Op mpi_op(reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum: return MPI_SUM;
+    case reduce_op::max: return MPI_MAX;
+    case reduce_op::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+inline void mpi_check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  throw communication_error(std::string("pactrain: ") + call + " failed: " +
+                            std::string(text, static_cast<std::size_t>(std::max(len, 0))));
+}
+
+// MPI counts are int: larger buffers go in chunks of this many elements.
+inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
+
+}  // namespace detail
+
+/// Collectives over MPI. The constructor duplicates the user's communicator (a collective
+/// call on it), so pactrain's traffic never matches the user's messages, and sets
+/// MPI_ERRORS_RETURN on the duplicate so that MPI failures become
+/// pactrain::communication_error instead of aborting. The user's communicator is untouched
+/// and must outlive nothing of ours: the duplicate is freed by the destructor (skipped when
+/// MPI is already finalised).
+class mpi_communicator {
+ public:
+  /// A pending nonblocking collective. wait() completes it; destroying a request that was
+  /// not waited for waits for it (and ignores errors, since destructors cannot throw).
+  class request_type {
+   public:
+    request_type() = default;
+    request_type(request_type&& o) noexcept : reqs_(std::exchange(o.reqs_, {})) {}
+    request_type& operator=(request_type&& o) noexcept {
+      if (this != &o) {
+        finish_quietly();
+        reqs_ = std::exchange(o.reqs_, {});
+      }
+      return *this;
+    }
+    request_type(const request_type&) = delete;
+    request_type& operator=(const request_type&) = delete;
+    ~request_type() { finish_quietly(); }
+
+    void wait() {
+      if (reqs_.empty()) return;
+      std::vector<MPI_Request> r = std::exchange(reqs_, {});
+      detail::mpi_check(MPI_Waitall(static_cast<int>(r.size()), r.data(), MPI_STATUSES_IGNORE),
+                        "MPI_Waitall");
+    }
+
+   private:
+    friend class mpi_communicator;
+    void finish_quietly() noexcept {
+      if (reqs_.empty()) return;
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized)
+        MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+      reqs_.clear();
+    }
+    std::vector<MPI_Request> reqs_;
+  };
+
+  /// Throws pactrain::error when MPI is not initialised or `comm` is MPI_COMM_NULL.
+  explicit mpi_communicator(MPI_Comm comm) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    PACTRAIN_EXPECTS(initialized != 0, "mpi_communicator: MPI is not initialised");
+    PACTRAIN_EXPECTS(comm != MPI_COMM_NULL, "mpi_communicator: MPI_COMM_NULL given");
+    detail::mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  }
+
+  mpi_communicator(mpi_communicator&& o) noexcept
+      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
+  mpi_communicator& operator=(mpi_communicator&& o) noexcept {
+    if (this != &o) {
+      release();
+      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+      rank_ = o.rank_;
+      size_ = o.size_;
+    }
+    return *this;
+  }
+  mpi_communicator(const mpi_communicator&) = delete;
+  mpi_communicator& operator=(const mpi_communicator&) = delete;
+  ~mpi_communicator() { release(); }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  /// The duplicated communicator pactrain uses.
+  [[nodiscard]] MPI_Comm native() const noexcept { return comm_; }
+
+  template <wire_value T>
+  void allreduce(std::span<T> data, reduce_op op) {
+    check(data.data(), data.size(), "allreduce");
+    for (std::size_t at = 0; at < data.size(); at += detail::mpi_chunk) {
+      const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
+      detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, data.data() + at, n, detail::mpi_type<T>(),
+                                      detail::mpi_op(op), comm_),
+                        "MPI_Allreduce");
+    }
+  }
+
+  template <wire_value T>
+  request_type allreduce_async(std::span<T> data, reduce_op op) {
+    check(data.data(), data.size(), "allreduce_async");
+    request_type req;
+    for (std::size_t at = 0; at < data.size(); at += detail::mpi_chunk) {
+      const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
+      MPI_Request r = MPI_REQUEST_NULL;
+      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, n, detail::mpi_type<T>(),
+                                       detail::mpi_op(op), comm_, &r),
+                        "MPI_Iallreduce");
+      req.reqs_.push_back(r);
+    }
+    return req;
+  }
+
+  template <wire_value T>
+  void broadcast(std::span<T> data, int root) {
+    check(data.data(), data.size(), "broadcast");
+    PACTRAIN_EXPECTS(root >= 0 && root < size_,
+                     "mpi_communicator::broadcast: root " + std::to_string(root) + " out of range");
+    for (std::size_t at = 0; at < data.size(); at += detail::mpi_chunk) {
+      const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
+      detail::mpi_check(MPI_Bcast(data.data() + at, n, detail::mpi_type<T>(), root, comm_),
+                        "MPI_Bcast");
+    }
+  }
+
+ private:
+  void check(const void* p, std::size_t n, const char* op) const {
+    PACTRAIN_EXPECTS(comm_ != MPI_COMM_NULL,
+                     std::string("mpi_communicator::") + op + ": moved-from communicator");
+    PACTRAIN_EXPECTS(p != nullptr || n == 0,
+                     std::string("mpi_communicator::") + op + ": null buffer");
+  }
+  void release() noexcept {
+    if (comm_ == MPI_COMM_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+static_assert(communicator<mpi_communicator>);
+
+}  // namespace pactrain

@@ -1,0 +1,15 @@
+// The host core of pactrain in one include: masks, serialization, layouts, the host
+// compactor, communicators (loopback), codecs and the sync engine. MPI lives in
+// <pactrain/mpi.hpp>.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/communicator.hpp>
+#include <pactrain/compactor.hpp>
+#include <pactrain/detail/config.hpp>
+#include <pactrain/digest.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/mask.hpp>
+#include <pactrain/serialize.hpp>
+#include <pactrain/sync.hpp>

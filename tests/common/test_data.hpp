@@ -1,0 +1,55 @@
+// Deterministic, exactly summable test data and random masks shared by the tests.
+#pragma once
+
+#include <pactrain/mask.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace pactrain::test {
+
+inline std::uint64_t mix(std::uint64_t z) noexcept {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+inline std::uint64_t hash3(std::uint64_t a, std::uint64_t b, std::uint64_t c) noexcept {
+  return mix(a ^ mix(b ^ mix(c)));
+}
+
+/// A dyadic value in [-125, 125] with 3 fractional bits: sums of a few thousand of them are
+/// exact in float, whatever the order.
+template <class T>
+T value(std::uint64_t seed, std::uint64_t rank, std::uint64_t i) noexcept {
+  const auto v = static_cast<std::int64_t>(hash3(seed, rank, i) % 2001) - 1000;
+  return static_cast<T>(v) / T(8);
+}
+
+template <class T>
+std::vector<T> values(std::size_t n, std::uint64_t seed, std::uint64_t rank = 0) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(seed, rank, i);
+  return v;
+}
+
+/// Keeps each entry with probability `density`, decided by a hash of (seed, i).
+inline bitmap_mask random_mask(std::size_t n, double density, std::uint64_t seed) {
+  const auto threshold = static_cast<std::uint64_t>(density * 18446744073709551615.0);
+  return bitmap_mask::from_predicate(n, [&](std::size_t i) {
+    return density >= 1.0 || (density > 0.0 && mix(seed * 1000003ULL + i) < threshold);
+  });
+}
+
+/// A random mask that keeps whole blocks of B entries.
+template <std::size_t B>
+block_mask<B> random_block_mask(std::size_t n, double density, std::uint64_t seed) {
+  return block_mask<B>(n, random_mask(block_mask<B>::block_count(n), density, seed));
+}
+
+inline constexpr double densities[] = {0.0, 0.01, 0.5, 0.99, 1.0};
+inline constexpr std::size_t sizes[] = {0, 1, 7, 63, 64, 65, 127, 200, 1000, 4099};
+
+}  // namespace pactrain::test

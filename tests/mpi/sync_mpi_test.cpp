@@ -1,0 +1,283 @@
+// The sync engine over MPI on several ranks: bit-for-bit equality with a dense MPI_Allreduce
+// of the masked gradients, and the mask tracker catching disagreement on every rank.
+//
+// Every rank runs every test case; CHECK (not REQUIRE) before collectives so that a failure
+// on one rank never leaves the others waiting.
+#include <doctest/doctest.h>
+
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+
+#include "../common/test_data.hpp"
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+param_layout test_layout(std::size_t capacity = 2000) {
+  param_layout l(capacity);
+  l.add("conv.weight", 16, 75).add("conv.bias", 16).add("fc1.weight", 120, 33);
+  l.add("unused", 0).add("fc1.bias", 120).add("fc2.weight", 10, 121).add("fc2.bias", 10);
+  return l;
+}
+
+template <class Mask>
+std::vector<Mask> masks_for(const param_layout& l, double d, std::uint64_t seed) {
+  std::vector<Mask> m;
+  for (const auto& t : l.tensors()) {
+    if constexpr (Mask::kind == mask_kind::block) {
+      m.push_back(test::random_block_mask<Mask::block_size>(t.size, d, seed + t.offset));
+    } else {
+      m.push_back(mask_cast<Mask>(test::random_mask(t.size, d, seed + t.offset)));
+    }
+  }
+  return m;
+}
+
+// The reference: mask each rank's gradient, MPI_Allreduce it densely, divide by P.
+template <class T, class Mask>
+std::vector<T> reference(const param_layout& l, const std::vector<Mask>& masks, std::vector<T> g) {
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    const auto& t = l.tensor(i);
+    for (std::size_t j = 0; j < t.size; ++j) {
+      if (!masks[i].test(j)) g[t.offset + j] = T(0);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()),
+                std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const T scale = T(1) / static_cast<T>(world_size());
+  for (auto& v : g) v *= scale;
+  return g;
+}
+
+template <class T>
+std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad + (a.size() != b.size());
+}
+
+// Runs f, expecting a pactrain::error; returns its message ("" if none was thrown).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The same string on every rank?
+bool same_everywhere(const std::string& s) {
+  const auto d = digest_builder().add(s).value();
+  unsigned long long mn = d;
+  unsigned long long mx = d;
+  MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return mn == mx;
+}
+
+template <class Mask, class T>
+void check_exact(std::size_t capacity) {
+  const auto l = test_layout(capacity);
+  pactrain::sync<Mask, host_compactor, mpi_communicator, identity_codec<T>> s{
+      mpi_communicator{MPI_COMM_WORLD}, l};
+  for (double d : test::densities) {
+    CAPTURE(d);
+    const auto masks = masks_for<Mask>(l, d, 100);
+    s.set_masks(masks);
+    for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+      s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+      for (int step = 0; step < 2; ++step) {
+        auto g = test::values<T>(l.total_size(), 40 + step, world_rank());
+        const auto want = reference(l, masks, g);
+        s.allreduce(std::span<T>(g));
+        CHECK(bad_entries(g, want) == 0);
+      }
+      std::size_t kept = 0;
+      for (const auto& m : masks) kept += m.count();
+      if (strategy == bucket_strategy::sparse) {
+        CHECK(s.stats().bytes_sent == kept * sizeof(T));
+      } else {
+        CHECK(s.stats().bytes_sent == l.total_size() * sizeof(T));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mpi_communicator collectives") {
+  mpi_communicator c{MPI_COMM_WORLD};
+  CHECK(c.rank() == world_rank());
+  CHECK(c.size() == world_size());
+  std::vector<std::uint64_t> u{static_cast<std::uint64_t>(c.rank()), 5};
+  c.allreduce(std::span<std::uint64_t>(u), reduce_op::max);
+  CHECK(u[0] == static_cast<std::uint64_t>(c.size() - 1));
+  std::vector<float> f(1000, 1.5f);
+  auto req = c.allreduce_async(std::span<float>(f), reduce_op::sum);
+  req.wait();
+  CHECK(f[999] == 1.5f * static_cast<float>(c.size()));
+  std::vector<double> d{static_cast<double>(c.rank())};
+  c.allreduce(std::span<double>(d), reduce_op::min);
+  CHECK(d[0] == 0.0);
+  std::vector<std::byte> b(3, static_cast<std::byte>(c.rank()));
+  c.broadcast(std::span<std::byte>(b), c.size() - 1);
+  CHECK(b[2] == static_cast<std::byte>(c.size() - 1));
+  CHECK_THROWS_WITH_AS(c.broadcast(std::span<std::byte>(b), c.size()),
+                       doctest::Contains("out of range"), error);
+  mpi_communicator moved = std::move(c);
+  CHECK(moved.size() == world_size());
+  CHECK_THROWS_WITH_AS(c.allreduce(std::span<float>(f), reduce_op::sum),  // NOLINT: use after move
+                       doctest::Contains("moved-from"), error);
+}
+
+TEST_CASE("MPI errors become exceptions") {
+  mpi_communicator c{MPI_COMM_WORLD};
+  // A negative count is an error MPI itself detects; it must not abort the job.
+  const std::string msg = error_of(
+      [&] { detail::mpi_check(MPI_Bcast(nullptr, -1, MPI_BYTE, 0, c.native()), "MPI_Bcast"); });
+  CHECK(msg.find("MPI_Bcast failed") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("sparse sync equals a dense allreduce of the masked gradients, bit for bit",
+                   Mask, bitmap_mask, index_mask, block_mask<16>) {
+  check_exact<Mask, float>(2000);     // several buckets
+  check_exact<Mask, double>(1);       // one tensor per bucket
+  check_exact<Mask, float>(1 << 20);  // one bucket
+}
+
+TEST_CASE("masks updated every step stay exact") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
+                                                                  l};
+  for (int step = 0; step < 5; ++step) {
+    const auto masks = masks_for<bitmap_mask>(l, 0.1 + 0.2 * step, 1000 + step);
+    s.set_masks(masks);
+    auto g = test::values<float>(l.total_size(), step, world_rank());
+    const auto want = reference(l, masks, g);
+    s.allreduce(std::span<float>(g));
+    CHECK(bad_entries(g, want) == 0);
+  }
+}
+
+TEST_CASE("a mask that differs on one rank is caught on every rank, with the same message") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
+                                                                  l};
+  const auto good = masks_for<bitmap_mask>(l, 0.5, 7);
+  s.set_masks(good);
+  auto masks = good;
+  if (world_rank() == world_size() - 1) {
+    // Flip one entry of fc1.weight (tensor 2) and of fc2.weight (tensor 5) on the last rank.
+    for (std::size_t t : {std::size_t{2}, std::size_t{5}}) {
+      std::vector<std::uint64_t> w(masks[t].words().begin(), masks[t].words().end());
+      w[0] ^= 1;
+      masks[t] = bitmap_mask(masks[t].size(), w);
+    }
+  }
+  const std::string msg = error_of([&] { s.set_masks(masks); });
+  if (world_size() > 1) {
+    CHECK(msg ==
+          "pactrain: set_masks: masks differ across ranks, first at tensor 2 'fc1.weight' "
+          "(name as on rank 0)");
+    CHECK(s.masks() == good);  // the previous masks stay in force
+  } else {
+    CHECK(msg.empty());
+  }
+  CHECK(same_everywhere(msg));
+  // The engine still works with the masks every rank agrees on.
+  s.set_masks(good);
+  auto g = test::values<float>(l.total_size(), 9, world_rank());
+  const auto want = reference(l, good, g);
+  s.allreduce(std::span<float>(g));
+  CHECK(bad_entries(g, want) == 0);
+}
+
+TEST_CASE("mismatched layouts are rejected on every rank") {
+  const bool odd = world_rank() % 2 == 1;
+  auto make = [&](param_layout l) {
+    return error_of([&] {
+      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{
+          mpi_communicator{MPI_COMM_WORLD}, std::move(l)};
+    });
+  };
+  const bool many = world_size() > 1;
+  std::string msg = make(odd ? param_layout(100).add("a", 10).add("b", 5)
+                             : param_layout(100).add("a", 10).add("b", 6));
+  CHECK(same_everywhere(msg));
+  if (many)
+    CHECK(msg.find("layouts differ across ranks, first at tensor 1 'b'") != std::string::npos);
+
+  msg = make(odd ? param_layout(100).add("a", 10) : param_layout(100).add("a", 10).add("b", 5));
+  CHECK(same_everywhere(msg));
+  if (many) CHECK(msg.find("between 1 and 2 tensors") != std::string::npos);
+
+  msg = make(odd ? param_layout(100).add("a", 10) : param_layout(50).add("a", 10));
+  CHECK(same_everywhere(msg));
+  if (many) CHECK(msg.find("bucket capacities differ") != std::string::npos);
+
+  msg = make(odd ? param_layout(100).add("x", 10) : param_layout(100).add("y", 10));
+  CHECK(same_everywhere(msg));
+  if (many) CHECK(msg.find("at tensor 0 'y' (name as on rank 0)") != std::string::npos);
+}
+
+TEST_CASE("strategies that differ across ranks are rejected") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
+                                                                  l};
+  std::vector<bucket_strategy> st(l.buckets().size(), bucket_strategy::sparse);
+  if (world_rank() == 0) st[0] = bucket_strategy::dense;
+  const std::string msg = error_of([&] { s.set_strategies(st); });
+  CHECK(same_everywhere(msg));
+  if (world_size() > 1)
+    CHECK(msg.find("bucket strategies differ across ranks") != std::string::npos);
+}
+
+TEST_CASE("bad input on one rank fails every rank without a hang") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
+                                                                  l};
+  auto masks = masks_for<bitmap_mask>(l, 0.5, 3);
+  s.set_masks(masks);
+  const int culprit = world_size() - 1;
+  auto bad = masks;
+  if (world_rank() == culprit) bad[4] = bitmap_mask::full(7);
+  const std::string msg = error_of([&] { s.set_masks(bad); });
+  CHECK(same_everywhere(msg));
+  CHECK(msg == "pactrain: set_masks rejected on rank " + std::to_string(culprit) +
+                   ": mask of tensor 'fc1.bias' has 7 entries, the tensor 120");
+  CHECK(s.masks() == masks);
+
+  // Wrong lengths and null data are rejected locally before any communication, with the
+  // buffer untouched; here every rank makes the same mistake.
+  auto g = test::values<float>(l.total_size(), 5, world_rank());
+  const auto g0 = g;
+  CHECK(error_of([&] {
+          s.allreduce(std::span<float>(g).first(g.size() - 1));
+        }).find("entries, the layout") != std::string::npos);
+  CHECK(error_of([&] {
+          s.allreduce(static_cast<float*>(nullptr), g.size());
+        }).find("null buffer") != std::string::npos);
+  CHECK(g == g0);
+  const auto want = reference(l, masks, g);
+  s.allreduce(std::span<float>(g));
+  CHECK(bad_entries(g, want) == 0);
+}

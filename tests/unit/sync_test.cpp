@@ -1,0 +1,165 @@
+// The sync engine on one rank (loopback): results, strategies, stats and bad input.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <pactrain/pactrain.hpp>
+
+#include "../common/test_data.hpp"
+
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+param_layout test_layout() {
+  param_layout l(300);
+  l.add("fc1.weight", 20, 13).add("fc1.bias", 20).add("empty", 0).add("fc2.weight", 7, 71);
+  l.add("fc2.bias", 7);
+  return l;
+}
+
+template <class Mask>
+std::vector<Mask> masks_for(const param_layout& l, double d, std::uint64_t seed) {
+  std::vector<Mask> m;
+  for (const auto& t : l.tensors())
+    m.push_back(mask_cast<Mask>(test::random_mask(t.size, d, seed + t.offset)));
+  return m;
+}
+
+template <class Mask, class T>
+std::vector<T> masked(const param_layout& l, const std::vector<Mask>& masks, std::vector<T> g) {
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    const auto& t = l.tensor(i);
+    for (std::size_t j = 0; j < t.size; ++j) {
+      if (!masks[i].test(j)) g[t.offset + j] = T(0);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_mask, index_mask) {
+  const auto l = test_layout();
+  using sync_t = pactrain::sync<Mask, host_compactor, loopback_communicator>;
+  sync_t s{loopback_communicator{}, l};
+  CHECK(s.layout().buckets().size() == 3);
+  for (double d : test::densities) {
+    CAPTURE(d);
+    const auto masks = masks_for<Mask>(l, d, 17);
+    s.set_masks(masks);
+    for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+      s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+      auto g = test::values<float>(l.total_size(), 3);
+      const auto want = masked(l, masks, g);
+      s.allreduce(std::span<float>(g));
+      CHECK(g == want);
+      std::size_t kept = 0;
+      for (const auto& m : masks) kept += m.count();
+      const auto& st = s.stats();
+      CHECK(st.dense_bytes == l.total_size() * sizeof(float));
+      if (strategy == bucket_strategy::sparse) {
+        CHECK(st.bytes_sent == kept * sizeof(float));
+      } else {
+        CHECK(st.bytes_sent == st.dense_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("double gradients through a block mask, tensors in separate buffers") {
+  param_layout l(64);
+  l.add("a", 100).add("b", 37).add("c", 64);
+  using sync_t =
+      pactrain::sync<block_mask<8>, host_compactor, loopback_communicator, identity_codec<double>>;
+  sync_t s{loopback_communicator{}, l};
+  std::vector<block_mask<8>> masks;
+  for (const auto& t : l.tensors())
+    masks.push_back(test::random_block_mask<8>(t.size, 0.5, t.size));
+  s.set_masks(masks);
+  for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+    s.set_strategies({strategy, bucket_strategy::sparse, strategy});
+    std::vector<std::vector<double>> bufs;
+    for (const auto& t : l.tensors()) bufs.push_back(test::values<double>(t.size, t.size));
+    std::vector<std::span<double>> views;
+    for (auto& b : bufs) views.emplace_back(b);
+    s.allreduce(std::span<const std::span<double>>(views));
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      const auto want = test::values<double>(l.tensor(i).size, l.tensor(i).size);
+      for (std::size_t j = 0; j < bufs[i].size(); ++j) {
+        CHECK(bufs[i][j] == (masks[i].test(j) ? want[j] : 0.0));
+      }
+    }
+  }
+}
+
+TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  s.set_masks(masks_for<bitmap_mask>(l, 0.0, 1));
+  auto g = test::values<float>(l.total_size(), 1);
+  s.allreduce(g.data(), g.size());
+  for (float v : g) CHECK(v == 0.0f);
+  CHECK(s.stats().collectives == 0);
+  CHECK(s.stats().bytes_sent == 0);
+  CHECK(s.stats().steps == 1);
+}
+
+TEST_CASE("an empty layout is fine") {
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{},
+                                                                       param_layout{}};
+  s.allreduce(static_cast<float*>(nullptr), 0);
+  CHECK(s.stats().steps == 1);
+  CHECK(s.stats().collectives == 0);
+}
+
+TEST_CASE("bad input is rejected and changes nothing") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  const auto masks = masks_for<bitmap_mask>(l, 0.5, 5);
+  s.set_masks(masks);
+  auto g = test::values<float>(l.total_size(), 2);
+  const auto g0 = g;
+
+  std::vector<float> shorter(l.total_size() - 1);
+  CHECK_THROWS_WITH_AS(s.allreduce(std::span<float>(shorter)),
+                       doctest::Contains("buffer has 783 entries, the layout 784"), error);
+  CHECK_THROWS_WITH_AS(s.allreduce(static_cast<float*>(nullptr), 5),
+                       doctest::Contains("null buffer"), error);
+  std::vector<std::span<float>> views{std::span<float>(g).first(260)};
+  CHECK_THROWS_WITH_AS(s.allreduce(std::span<const std::span<float>>(views)),
+                       doctest::Contains("1 tensors given, the layout has 5"), error);
+  views = {std::span<float>(g).first(260), std::span<float>(g).subspan(260, 19), {}, {}, {}};
+  CHECK_THROWS_WITH_AS(s.allreduce(std::span<const std::span<float>>(views)),
+                       doctest::Contains("tensor 'fc1.bias' has 19 entries, the layout 20"), error);
+  CHECK(g == g0);
+
+  auto wrong = masks;
+  wrong[3] = bitmap_mask::full(10);
+  CHECK_THROWS_WITH_AS(
+      s.set_masks(wrong),
+      doctest::Contains("mask of tensor 'fc2.weight' has 10 entries, the tensor 497"), error);
+  wrong.pop_back();
+  CHECK_THROWS_WITH_AS(s.set_masks(wrong), doctest::Contains("4 masks given for 5 tensors"), error);
+  CHECK_THROWS_WITH_AS(s.set_strategies({bucket_strategy::dense}),
+                       doctest::Contains("1 strategies given for 3 buckets"), error);
+  CHECK(s.masks() == masks);  // the previous masks stay in force
+  s.allreduce(std::span<float>(g));
+  CHECK(g == masked(l, masks, g0));
+}
+
+TEST_CASE("the engine's compile-time rules") {
+  struct nonlinear_codec {
+    using value_type = float;
+    using wire_type = float;
+  };
+  static_assert(gradient_codec<identity_codec<float>>);
+  static_assert(gradient_codec<nonlinear_codec>);
+  static_assert(!codec_traits<nonlinear_codec>::is_linear);
+  static_assert(communicator<loopback_communicator>);
+  static_assert(!communicator<int>);
+  static_assert(!gradient_mask<int>);
+  static_assert(compactor_for<host_compactor, index_mask, double>);
+  static_assert(!compactor_for<host_compactor, bitmap_mask, int>);
+}
