@@ -33,17 +33,16 @@ inline std::size_t gather_word(std::uint64_t w, const T* in, T* out) noexcept {
   return k;
 }
 
-/// Scatters one word of `len` <= 64 entries; returns the payload entries consumed.
+/// Scatters one word of `len` <= 64 entries; returns the payload entries consumed. Zero
+/// fill, then one store per set bit: no data-dependent branch per entry.
 template <class T>
 inline std::size_t scatter_word(std::uint64_t w, std::size_t len, const T* p, T* out,
                                 T scale) noexcept {
+  for (std::size_t j = 0; j < len; ++j) out[j] = T(0);
   std::size_t k = 0;
-  for (std::size_t j = 0; j < len; ++j) {
-    if ((w >> j) & 1U) {
-      out[j] = p[k++] * scale;
-    } else {
-      out[j] = T(0);
-    }
+  while (w != 0) {
+    out[std::countr_zero(w)] = p[k++] * scale;
+    w &= w - 1;
   }
   return k;
 }
@@ -156,9 +155,11 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
       k += 64;
       continue;
     }
-    for (unsigned j = 0; j < 8; ++j) {
+    // Visit only the nonzero bytes: at low density most are zero.
+    for (std::uint64_t rest = w; rest != 0;) {
+      const unsigned j = static_cast<unsigned>(std::countr_zero(rest)) / 8;
+      rest &= ~(0xffULL << (8 * j));
       const unsigned b = static_cast<unsigned>(w >> (8 * j)) & 0xffU;
-      if (b == 0) continue;
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(b));
       const __m256 v =
           _mm256_permutevar8x32_ps(_mm256_loadu_ps(in + 8 * j), avx2_lanes(avx2_lut.compress8[b]));
@@ -225,9 +226,10 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
       k += 64;
       continue;
     }
-    for (unsigned j = 0; j < 16; ++j) {
+    for (std::uint64_t rest = w; rest != 0;) {
+      const unsigned j = static_cast<unsigned>(std::countr_zero(rest)) / 4;
+      rest &= ~(0xfULL << (4 * j));
       const unsigned q = static_cast<unsigned>(w >> (4 * j)) & 0xfU;
-      if (q == 0) continue;
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(q));
       const __m256 v = _mm256_permutevar8x32_ps(_mm256_castpd_ps(_mm256_loadu_pd(in + 4 * j)),
                                                 avx2_lanes(avx2_lut.compress4[q]));

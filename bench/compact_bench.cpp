@@ -1,0 +1,177 @@
+// compact_bench: host gather and scatter per mask type and density, against memcpy.
+//
+// Build and run (from the repository root):
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target
+//   pactrain_compact_bench build/bench/pactrain_compact_bench                  # 64 MiB of float
+//   PACTRAIN_BENCH_MIB=4 build/bench/pactrain_compact_bench --benchmark_min_time=0.01
+//
+// Every benchmark moves the same dense tensor (PACTRAIN_BENCH_MIB MiB of float, default 64).
+// bytes_per_second counts the dense bytes, and `x_memcpy` is the memcpy time of those bytes
+// (the first benchmark, measured in the same run) divided by the benchmark's own time: 1.0
+// means as fast as copying the dense tensor, above 1 faster.
+#include <pactrain/pactrain.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::size_t entries() {
+  const char* env = std::getenv("PACTRAIN_BENCH_MIB");
+  const long mib = env != nullptr ? std::atol(env) : 64;
+  return static_cast<std::size_t>(mib > 0 ? mib : 64) * (std::size_t{1} << 20) / sizeof(float);
+}
+
+struct buffers {
+  std::vector<float> dense;
+  std::vector<float> out;
+  std::vector<float> payload;
+  buffers() : dense(entries()), out(entries()), payload(entries()) {
+    for (std::size_t i = 0; i < dense.size(); ++i) dense[i] = static_cast<float>(i % 1000) * 0.5f;
+  }
+};
+
+buffers& bufs() {
+  static buffers b;
+  return b;
+}
+
+double memcpy_seconds = 0;  // per iteration, set by the first benchmark
+
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniformly random kept entries (unstructured pruning) at the given density.
+pactrain::bitmap_mask random_mask(std::size_t n, double density, std::uint64_t seed) {
+  const auto keep = static_cast<std::uint64_t>(density * 18446744073709551615.0);
+  return pactrain::bitmap_mask::from_predicate(n,
+                                               [&](std::size_t i) { return mix(seed ^ i) < keep; });
+}
+
+// Runs `body` for the benchmark's iterations, timing the whole loop, and reports the dense
+// bandwidth and the ratio to memcpy.
+template <class F>
+void timed(benchmark::State& state, F&& body) {
+  const auto t0 = clock_type::now();
+  for (auto _ : state) {
+    body();
+    benchmark::ClobberMemory();
+  }
+  const double per_iter = std::chrono::duration<double>(clock_type::now() - t0).count() /
+                          static_cast<double>(state.iterations());
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * bufs().dense.size() * sizeof(float)));
+  if (memcpy_seconds > 0) state.counters["x_memcpy"] = memcpy_seconds / per_iter;
+}
+
+void bm_memcpy(benchmark::State& state) {
+  auto& b = bufs();
+  const auto t0 = clock_type::now();
+  for (auto _ : state) {
+    std::memcpy(b.out.data(), b.dense.data(), b.dense.size() * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+  memcpy_seconds = std::chrono::duration<double>(clock_type::now() - t0).count() /
+                   static_cast<double>(state.iterations());
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * b.dense.size() * sizeof(float)));
+  state.counters["x_memcpy"] = 1.0;
+}
+
+template <class Mask>
+void run(benchmark::State& state, const Mask& mask, pactrain::host_compactor c, bool gather) {
+  auto& b = bufs();
+  const auto plan = c.make_plan(mask);
+  const std::span<const float> dense(b.dense);
+  const std::span<float> payload = std::span<float>(b.payload).first(plan.count());
+  c.gather(plan, dense, payload);
+  state.SetLabel(std::string(pactrain::to_string(plan.format())) + "/" +
+                 pactrain::to_string(c.isa()));
+  state.counters["density"] = static_cast<double>(plan.count()) / static_cast<double>(plan.size());
+  if (gather) {
+    timed(state, [&] { c.gather(plan, dense, payload); });
+  } else {
+    timed(state, [&] {
+      c.scatter(plan, std::span<const float>(payload), std::span<float>(b.out), 0.25f);
+    });
+  }
+}
+
+enum class kind { bitmap, index, block };
+
+void bm_mask(benchmark::State& state, kind k, double density, bool gather,
+             pactrain::host_compactor::options opt) {
+  const std::size_t n = bufs().dense.size();
+  if (!pactrain::isa_supported(opt.isa)) {
+    state.SkipWithError("instruction set not supported on this CPU");
+    return;
+  }
+  const pactrain::host_compactor c(opt);
+  switch (k) {
+    case kind::bitmap: run(state, random_mask(n, density, 1), c, gather); break;
+    case kind::index:
+      run(state, pactrain::mask_cast<pactrain::index_mask>(random_mask(n, density, 1)), c, gather);
+      break;
+    case kind::block: {
+      using block_t = pactrain::block_mask<32>;
+      run(state, block_t(n, random_mask(block_t::block_count(n), density, 2)), c, gather);
+      break;
+    }
+  }
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("memcpy", bm_memcpy)->Unit(benchmark::kMillisecond);
+  const std::pair<kind, const char*> kinds[] = {
+      {kind::bitmap, "bitmap"}, {kind::index, "index"}, {kind::block, "block32"}};
+  for (const char* op : {"gather", "scatter"}) {
+    const bool gather = std::string(op) == "gather";
+    for (double d : {0.01, 0.10, 0.50}) {
+      const std::string dens = std::to_string(static_cast<int>(d * 100 + 0.5)) + "%";
+      for (const auto& [k, name] : kinds) {
+        benchmark::RegisterBenchmark((std::string(op) + "/" + name + "/" + dens).c_str(), bm_mask,
+                                     k, d, gather, pactrain::host_compactor::options{})
+            ->Unit(benchmark::kMillisecond);
+      }
+      // Block masks through each plan format: where runs stop paying.
+      for (auto f : {pactrain::plan_format::bitmap, pactrain::plan_format::runs}) {
+        benchmark::RegisterBenchmark(
+            (std::string(op) + "/block32-as/" + dens + "/" + pactrain::to_string(f)).c_str(),
+            bm_mask, kind::block, d, gather, pactrain::host_compactor::options{.format = f})
+            ->Unit(benchmark::kMillisecond);
+      }
+      // The bitmap kernels themselves, per instruction set.
+      for (auto isa :
+           {pactrain::host_isa::portable, pactrain::host_isa::avx2, pactrain::host_isa::avx512}) {
+        benchmark::RegisterBenchmark(
+            (std::string(op) + "/bitmap-kernel/" + dens + "/" + pactrain::to_string(isa)).c_str(),
+            bm_mask, kind::bitmap, d, gather,
+            pactrain::host_compactor::options{.isa = isa, .format = pactrain::plan_format::bitmap})
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
