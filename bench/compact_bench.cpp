@@ -1,8 +1,9 @@
 // compact_bench: host gather and scatter per mask type and density, against memcpy.
 //
 // Build and run (from the repository root):
-//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target
-//   pactrain_compact_bench build/bench/pactrain_compact_bench                  # 64 MiB of float
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_compact_bench
+//   build/bench/pactrain_compact_bench   # 64 MiB of float
 //   PACTRAIN_BENCH_MIB=4 build/bench/pactrain_compact_bench --benchmark_min_time=0.01
 //
 // Every benchmark moves the same dense tensor (PACTRAIN_BENCH_MIB MiB of float, default 64).

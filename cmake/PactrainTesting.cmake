@@ -52,14 +52,11 @@ function(pactrain_test_stem out source)
   set(${out} "${stem}" PARENT_SCOPE)
 endfunction()
 
-# pactrain_add_unit_test(<source>): a doctest executable pactrain_unit_<stem> (the source
-# provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest test
-# unit.<stem>, label unit.
-function(pactrain_add_unit_test source)
-  pactrain_test_stem(stem "${source}")
-  set(target pactrain_unit_${stem})
+# pactrain_test_executable(<target> <stem> <subdir> <source> <libraries>...): a test binary
+# <subdir>/<stem> with doctest, the shared helpers in tests/common and the project's flags.
+function(pactrain_test_executable target stem subdir source)
   add_executable(${target} "${source}")
-  target_link_libraries(${target} PRIVATE pactrain::pactrain doctest::doctest)
+  target_link_libraries(${target} PRIVATE ${ARGN} doctest::doctest)
   if(TARGET Eigen3::Eigen)
     target_link_libraries(${target} PRIVATE Eigen3::Eigen)
   endif()
@@ -68,7 +65,16 @@ function(pactrain_add_unit_test source)
   pactrain_target_defaults(${target})
   set_target_properties(${target} PROPERTIES
     OUTPUT_NAME ${stem}
-    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/unit")
+    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/${subdir}")
+endfunction()
+
+# pactrain_add_unit_test(<source>): a doctest executable pactrain_unit_<stem> (the source
+# provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest test
+# unit.<stem>, label unit.
+function(pactrain_add_unit_test source)
+  pactrain_test_stem(stem "${source}")
+  set(target pactrain_unit_${stem})
+  pactrain_test_executable(${target} ${stem} unit "${source}" pactrain::pactrain)
 
   add_test(NAME unit.${stem} COMMAND ${target})
   set_tests_properties(unit.${stem} PROPERTIES LABELS unit TIMEOUT ${PACTRAIN_TEST_TIMEOUT})
@@ -80,17 +86,7 @@ endfunction()
 function(pactrain_add_mpi_test source)
   pactrain_test_stem(stem "${source}")
   set(target pactrain_mpi_${stem})
-  add_executable(${target} "${source}")
-  target_link_libraries(${target} PRIVATE pactrain_mpi_doctest_main pactrain::mpi doctest::doctest)
-  if(TARGET Eigen3::Eigen)
-    target_link_libraries(${target} PRIVATE Eigen3::Eigen)
-  endif()
-  # Shared test helpers: #include "common/<helper>.hpp".
-  target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests")
-  pactrain_target_defaults(${target})
-  set_target_properties(${target} PROPERTIES
-    OUTPUT_NAME ${stem}
-    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/mpi")
+  pactrain_test_executable(${target} ${stem} mpi "${source}" pactrain_mpi_doctest_main pactrain::mpi)
 
   foreach(ranks IN LISTS PACTRAIN_MPI_TEST_RANKS)
     set(test mpi.${stem}.np${ranks})

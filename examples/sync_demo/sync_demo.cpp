@@ -1,8 +1,9 @@
 // sync_demo: pruned gradient sync over MPI, checked against a dense allreduce.
 //
 // Build and run (from the repository root):
-//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target
-//   pactrain_sync_demo mpiexec -n 4 build/examples/pactrain_sync_demo [--density 0.1] [--steps 20]
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_sync_demo
+//   mpiexec -n 4 build/examples/pactrain_sync_demo [--density 0.1] [--steps 20]
 // (as root add --allow-run-as-root --oversubscribe; scripts/demo.sh does all of it.)
 //
 // Every rank builds the layout of a 784-1024-1024-10 MLP, derives the same magnitude-style

@@ -32,41 +32,34 @@ class digest_builder {
   /// Adds a string: its length, then its characters packed eight to a word (little end
   /// first), so "ab" and "a","b" differ.
   constexpr digest_builder& add(std::string_view s) noexcept {
-    add(static_cast<std::uint64_t>(s.size()));
-    std::uint64_t w = 0;
-    std::size_t k = 0;
-    for (char c : s) {
-      w |= static_cast<std::uint64_t>(static_cast<unsigned char>(c)) << (8 * k);
-      if (++k == 8) {
-        add(w);
-        w = 0;
-        k = 0;
-      }
-    }
-    if (k != 0) add(w);
-    return *this;
+    return add_packed(s, [](char c) { return static_cast<unsigned char>(c); });
   }
 
-  /// Adds bytes, packed eight to a word, little end first.
-  digest_builder& add_bytes(std::span<const std::byte> bytes) noexcept {
-    add(static_cast<std::uint64_t>(bytes.size()));
-    std::uint64_t w = 0;
-    std::size_t k = 0;
-    for (std::byte b : bytes) {
-      w |= static_cast<std::uint64_t>(b) << (8 * k);
-      if (++k == 8) {
-        add(w);
-        w = 0;
-        k = 0;
-      }
-    }
-    if (k != 0) add(w);
-    return *this;
+  /// Adds bytes the same way.
+  constexpr digest_builder& add_bytes(std::span<const std::byte> bytes) noexcept {
+    return add_packed(bytes, [](std::byte b) { return static_cast<unsigned char>(b); });
   }
 
   [[nodiscard]] constexpr std::uint64_t value() const noexcept { return mix(state_ ^ length_); }
 
  private:
+  template <class Range, class ToByte>
+  constexpr digest_builder& add_packed(const Range& r, ToByte to_byte) noexcept {
+    add(static_cast<std::uint64_t>(r.size()));
+    std::uint64_t w = 0;
+    std::size_t k = 0;
+    for (auto x : r) {
+      w |= static_cast<std::uint64_t>(to_byte(x)) << (8 * k);
+      if (++k == 8) {
+        add(w);
+        w = 0;
+        k = 0;
+      }
+    }
+    if (k != 0) add(w);
+    return *this;
+  }
+
   static constexpr std::uint64_t rotl(std::uint64_t x, int r) noexcept {
     return (x << r) | (x >> (64 - r));
   }

@@ -2,7 +2,7 @@
 //
 // Three representations model the `gradient_mask` concept:
 //   bitmap_mask    one bit per entry in 64-bit words, plus a per-word rank prefix so the
-//                  payload slot of a kept entry is O(1);
+//                  payload slot of a kept entry, rank(i), is O(1);
 //   index_mask     the sorted indices of the kept entries (compact at low density);
 //   block_mask<B>  one bit per block of B consecutive entries (structured pruning).
 // All three describe the same thing, a set of kept entries of a tensor of size() entries, and
@@ -227,7 +227,7 @@ class bitmap_mask {
 
 // --------------------------------------------------------------------------------------------
 
-/// The sorted indices of the kept entries. test(i) and slot lookups are O(log count).
+/// The sorted indices of the kept entries. test(i) is O(log count).
 class index_mask {
  public:
   static constexpr mask_kind kind = mask_kind::index;

@@ -58,9 +58,10 @@ inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
 /// Collectives over MPI. The constructor duplicates the user's communicator (a collective
 /// call on it), so pactrain's traffic never matches the user's messages, and sets
 /// MPI_ERRORS_RETURN on the duplicate so that MPI failures become
-/// pactrain::communication_error instead of aborting. The user's communicator is untouched
-/// and must outlive nothing of ours: the duplicate is freed by the destructor (skipped when
-/// MPI is already finalised).
+/// pactrain::communication_error instead of aborting. The user's communicator is never
+/// modified and may be freed at any time after construction. The destructor frees the
+/// duplicate with MPI_Comm_free, a collective call: destroy the communicator (and any sync
+/// engine holding it) on all ranks, before MPI_Finalize (it is skipped after it).
 class mpi_communicator {
  public:
   /// A pending nonblocking collective. wait() completes it; destroying a request that was

@@ -60,8 +60,9 @@ struct sync_stats {
 /// ranks in the same order. Input errors found before any communication throw
 /// pactrain::error and change nothing; set_masks and set_strategies include every rank's
 /// verdict in their collective, so all ranks throw together. allreduce() checks its
-/// arguments locally with no extra round, so a rank whose call is rejected must not leave
-/// its peers waiting (call it with the same layout everywhere).
+/// arguments locally and adds no round to the step: when it rejects a buffer on one rank
+/// only, the other ranks wait in their collective, so the caller must then stop the job
+/// (e.g. MPI_Abort). Pass buffers of layout().total_size() entries on every rank.
 template <gradient_mask Mask, class Compactor, communicator Comm,
           class Codec = identity_codec<float>>
 class sync {
@@ -192,7 +193,7 @@ class sync {
         digests.push_back(m.digest());
         plans.push_back(compactor_.make_plan(m));
       }
-    } catch (const error& e) {
+    } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();
     }
     digest_builder cd(0x73747261);  // "stra"

@@ -1,6 +1,7 @@
 // Deterministic, exactly summable test data and random masks shared by the tests.
 #pragma once
 
+#include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
 
 #include <cstddef>
@@ -47,6 +48,33 @@ inline bitmap_mask random_mask(std::size_t n, double density, std::uint64_t seed
 template <std::size_t B>
 block_mask<B> random_block_mask(std::size_t n, double density, std::uint64_t seed) {
   return block_mask<B>(n, random_mask(block_mask<B>::block_count(n), density, seed));
+}
+
+/// One random mask per tensor of a layout, of any representation (block masks keep whole
+/// blocks).
+template <class Mask>
+std::vector<Mask> masks_for(const param_layout& l, double density, std::uint64_t seed) {
+  std::vector<Mask> m;
+  for (const auto& t : l.tensors()) {
+    if constexpr (Mask::kind == mask_kind::block) {
+      m.push_back(random_block_mask<Mask::block_size>(t.size, density, seed + t.offset));
+    } else {
+      m.push_back(mask_cast<Mask>(random_mask(t.size, density, seed + t.offset)));
+    }
+  }
+  return m;
+}
+
+/// The flat gradient g with pruned entries set to zero.
+template <class Mask, class T>
+std::vector<T> masked(const param_layout& l, const std::vector<Mask>& masks, std::vector<T> g) {
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    const auto& t = l.tensor(i);
+    for (std::size_t j = 0; j < t.size; ++j) {
+      if (!masks[i].test(j)) g[t.offset + j] = T(0);
+    }
+  }
+  return g;
 }
 
 inline constexpr double densities[] = {0.0, 0.01, 0.5, 0.99, 1.0};

@@ -37,28 +37,10 @@ param_layout test_layout(std::size_t capacity = 2000) {
   return l;
 }
 
-template <class Mask>
-std::vector<Mask> masks_for(const param_layout& l, double d, std::uint64_t seed) {
-  std::vector<Mask> m;
-  for (const auto& t : l.tensors()) {
-    if constexpr (Mask::kind == mask_kind::block) {
-      m.push_back(test::random_block_mask<Mask::block_size>(t.size, d, seed + t.offset));
-    } else {
-      m.push_back(mask_cast<Mask>(test::random_mask(t.size, d, seed + t.offset)));
-    }
-  }
-  return m;
-}
-
 // The reference: mask each rank's gradient, MPI_Allreduce it densely, divide by P.
 template <class T, class Mask>
 std::vector<T> reference(const param_layout& l, const std::vector<Mask>& masks, std::vector<T> g) {
-  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-    const auto& t = l.tensor(i);
-    for (std::size_t j = 0; j < t.size; ++j) {
-      if (!masks[i].test(j)) g[t.offset + j] = T(0);
-    }
-  }
+  g = test::masked(l, masks, std::move(g));
   MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()),
                 std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const T scale = T(1) / static_cast<T>(world_size());
@@ -101,7 +83,7 @@ void check_exact(std::size_t capacity) {
       mpi_communicator{MPI_COMM_WORLD}, l};
   for (double d : test::densities) {
     CAPTURE(d);
-    const auto masks = masks_for<Mask>(l, d, 100);
+    const auto masks = test::masks_for<Mask>(l, d, 100);
     s.set_masks(masks);
     for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
       s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
@@ -169,7 +151,7 @@ TEST_CASE("masks updated every step stay exact") {
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
                                                                   l};
   for (int step = 0; step < 5; ++step) {
-    const auto masks = masks_for<bitmap_mask>(l, 0.1 + 0.2 * step, 1000 + step);
+    const auto masks = test::masks_for<bitmap_mask>(l, 0.1 + 0.2 * step, 1000 + step);
     s.set_masks(masks);
     auto g = test::values<float>(l.total_size(), step, world_rank());
     const auto want = reference(l, masks, g);
@@ -182,7 +164,7 @@ TEST_CASE("a mask that differs on one rank is caught on every rank, with the sam
   const auto l = test_layout();
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
                                                                   l};
-  const auto good = masks_for<bitmap_mask>(l, 0.5, 7);
+  const auto good = test::masks_for<bitmap_mask>(l, 0.5, 7);
   s.set_masks(good);
   auto masks = good;
   if (world_rank() == world_size() - 1) {
@@ -255,7 +237,7 @@ TEST_CASE("bad input on one rank fails every rank without a hang") {
   const auto l = test_layout();
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
                                                                   l};
-  auto masks = masks_for<bitmap_mask>(l, 0.5, 3);
+  auto masks = test::masks_for<bitmap_mask>(l, 0.5, 3);
   s.set_masks(masks);
   const int culprit = world_size() - 1;
   auto bad = masks;

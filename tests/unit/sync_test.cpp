@@ -19,25 +19,6 @@ param_layout test_layout() {
   return l;
 }
 
-template <class Mask>
-std::vector<Mask> masks_for(const param_layout& l, double d, std::uint64_t seed) {
-  std::vector<Mask> m;
-  for (const auto& t : l.tensors())
-    m.push_back(mask_cast<Mask>(test::random_mask(t.size, d, seed + t.offset)));
-  return m;
-}
-
-template <class Mask, class T>
-std::vector<T> masked(const param_layout& l, const std::vector<Mask>& masks, std::vector<T> g) {
-  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-    const auto& t = l.tensor(i);
-    for (std::size_t j = 0; j < t.size; ++j) {
-      if (!masks[i].test(j)) g[t.offset + j] = T(0);
-    }
-  }
-  return g;
-}
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_mask, index_mask) {
@@ -47,12 +28,12 @@ TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_m
   CHECK(s.layout().buckets().size() == 3);
   for (double d : test::densities) {
     CAPTURE(d);
-    const auto masks = masks_for<Mask>(l, d, 17);
+    const auto masks = test::masks_for<Mask>(l, d, 17);
     s.set_masks(masks);
     for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
       s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
       auto g = test::values<float>(l.total_size(), 3);
-      const auto want = masked(l, masks, g);
+      const auto want = test::masked(l, masks, g);
       s.allreduce(std::span<float>(g));
       CHECK(g == want);
       std::size_t kept = 0;
@@ -97,7 +78,7 @@ TEST_CASE("double gradients through a block mask, tensors in separate buffers") 
 TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
   const auto l = test_layout();
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
-  s.set_masks(masks_for<bitmap_mask>(l, 0.0, 1));
+  s.set_masks(test::masks_for<bitmap_mask>(l, 0.0, 1));
   auto g = test::values<float>(l.total_size(), 1);
   s.allreduce(g.data(), g.size());
   for (float v : g) CHECK(v == 0.0f);
@@ -117,7 +98,7 @@ TEST_CASE("an empty layout is fine") {
 TEST_CASE("bad input is rejected and changes nothing") {
   const auto l = test_layout();
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
-  const auto masks = masks_for<bitmap_mask>(l, 0.5, 5);
+  const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 5);
   s.set_masks(masks);
   auto g = test::values<float>(l.total_size(), 2);
   const auto g0 = g;
@@ -146,7 +127,7 @@ TEST_CASE("bad input is rejected and changes nothing") {
                        doctest::Contains("1 strategies given for 3 buckets"), error);
   CHECK(s.masks() == masks);  // the previous masks stay in force
   s.allreduce(std::span<float>(g));
-  CHECK(g == masked(l, masks, g0));
+  CHECK(g == test::masked(l, masks, g0));
 }
 
 TEST_CASE("the engine's compile-time rules") {

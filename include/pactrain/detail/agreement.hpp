@@ -3,7 +3,8 @@
 // One allreduce(MAX) of a few words on the common path; a second round and a broadcast only
 // when something disagrees, to name the first mismatching tensor identically on every rank.
 // A rank that rejected its own input takes part all the same, so no rank is left waiting in
-// a collective and every rank throws.
+// a collective and every rank throws; when several ranks reject theirs, the message of the
+// highest-numbered one is reported.
 #pragma once
 
 #include <pactrain/communicator.hpp>

@@ -10,7 +10,7 @@
 #endif
 
 // Run-time selected SIMD kernels use function target attributes, a GCC/Clang extension.
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PACTRAIN_HAS_X86_KERNELS 1
 #else
 #define PACTRAIN_HAS_X86_KERNELS 0
