@@ -106,6 +106,15 @@ class sync {
   /// mismatching tensor, and the previous masks stay in force.
   void set_masks(std::vector<Mask> masks) { commit(std::move(masks), strategies_, "set_masks"); }
 
+  /// Collective: the counterpart of set_masks for a rank that could not produce its masks
+  /// (e.g. a pruning policy failed). The other ranks call set_masks as usual; every rank
+  /// then throws the same pactrain::error naming this rank and `reason`, and the previous
+  /// masks stay in force. Always throws.
+  [[noreturn]] void reject_masks(std::string reason) {
+    if (reason.empty()) reason = "no reason given";
+    commit_rejected(std::move(reason), "set_masks");
+  }
+
   /// Collective: sets the strategy of every bucket (one per bucket), checked across ranks.
   void set_strategies(std::vector<bucket_strategy> s) {
     commit(masks_, std::move(s), "set_strategies");
@@ -166,6 +175,15 @@ class sync {
 
   static double seconds_since(clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
+  }
+
+  [[noreturn]] void commit_rejected(std::string reason, const char* op) {
+    detail::agreement_input in;
+    in.layout = &layout_;
+    in.operation = op;
+    in.local_error = std::move(reason);
+    detail::agree(comm_, in);
+    PACTRAIN_FAIL(std::string(op) + ": rejected");  // not reached: agree throws
   }
 
   void commit(std::vector<Mask> masks, std::vector<bucket_strategy> strategies, const char* op) {
