@@ -1,5 +1,5 @@
 // The host core of pactrain in one include: masks, serialization, layouts, the host
-// compactor, communicators (loopback), codecs and the sync engine. MPI lives in
+// compactor, communicators (loopback), codecs, the sync engine and pruning. MPI lives in
 // <pactrain/mpi.hpp>.
 #pragma once
 
@@ -11,5 +11,6 @@
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
+#include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>
 #include <pactrain/sync.hpp>
