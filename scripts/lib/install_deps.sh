@@ -6,7 +6,7 @@ PACTRAIN_DEB_PACKAGES=(
   build-essential cmake g++ pkg-config
   openmpi-bin libopenmpi-dev
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
-  dataset-fashion-mnist gnuplot-nox
+  dataset-fashion-mnist gnuplot-nox iproute2
 )
 
 # pactrain_install_deps [package...]: installs whichever of the packages (default:

@@ -1,0 +1,385 @@
+// pactrain_fmnist: data-parallel MLP training on Fashion-MNIST over MPI, dense against pruned
+// gradient synchronisation, with the same seed and epochs, one run after the other.
+//
+// Build and run (from the repository root; needs libeigen3-dev, zlib1g-dev and
+// dataset-fashion-mnist; as root add --allow-run-as-root --oversubscribe to mpiexec):
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_fmnist
+//   OMPI_MCA_mpi_yield_when_idle=1 mpiexec -n 4 build/examples/pactrain_fmnist --sparsity 0.9 --summary build/demo/summary.json
+// scripts/demo.sh does all of it.
+//
+// Options (defaults in brackets):
+//   --mode both|dense|sparse  which runs [both: dense, then sparse]
+//   --epochs N                epochs of each run [12]
+//   --batch B                 mini-batch per rank [64]
+//   --lr X                    peak learning rate, cosine decay to 0 [0.05]
+//   --momentum X              SGD momentum [0.9]
+//   --weight-decay X          L2 weight decay [0]
+//   --sparsity S              final fraction of weights pruned in the sparse run [0.9]
+//   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.1,0.6]
+//   --prune-updates N         mask updates in the window [20]
+//   --scope global|per-tensor magnitude ranking across all weights or per tensor [global]
+//   --hidden A,B,...          hidden layer sizes [1024,512]
+//   --train-limit N           use the first N training samples (0: all) [0]
+//   --test-limit N            use the first N test samples (0: all) [0]
+//   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]
+//   --summary PATH            write a JSON summary (accuracies as fractions in [0, 1])
+//   --seed N                  initialisation and shuffling seed [1]
+#include "fmnist/idx.hpp"
+#include "fmnist/mlp.hpp"
+#include "fmnist/trainer.hpp"
+
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fm = pactrain::fmnist;
+
+struct options {
+  fm::train_config cfg;
+  double sparsity = 0.9;
+  std::string mode = "both";
+  std::size_t train_limit = 0;
+  std::size_t test_limit = 0;
+  std::string data = fm::default_data_dir;
+  std::string summary;
+};
+
+constexpr const char* usage =
+    "usage: pactrain_fmnist [--mode both|dense|sparse] [--epochs N] [--batch B] [--lr X]\n"
+    "       [--momentum X] [--weight-decay X] [--sparsity S] [--prune-window A,B]\n"
+    "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
+    "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]";
+
+double to_double(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty()) throw pactrain::error(flag + ": not a number: '" + v + "'");
+  return d;
+}
+
+std::uint64_t to_count(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || v[0] == '-') {
+    throw pactrain::error(flag + ": not a non-negative integer: '" + v + "'");
+  }
+  return n;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) out.push_back(item);
+  return out;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") throw pactrain::error(usage);
+    if (i + 1 >= argc) throw pactrain::error(a + ": missing value (or unknown option)\n" + usage);
+    const std::string v = argv[++i];
+    if (a == "--mode") {
+      if (v != "both" && v != "dense" && v != "sparse")
+        throw pactrain::error("--mode: expected both, dense or sparse, got '" + v + "'");
+      o.mode = v;
+    } else if (a == "--epochs") {
+      o.cfg.epochs = static_cast<int>(to_count(a, v));
+    } else if (a == "--batch") {
+      o.cfg.batch = to_count(a, v);
+    } else if (a == "--lr") {
+      o.cfg.lr = static_cast<float>(to_double(a, v));
+    } else if (a == "--momentum") {
+      o.cfg.momentum = static_cast<float>(to_double(a, v));
+    } else if (a == "--weight-decay") {
+      o.cfg.weight_decay = static_cast<float>(to_double(a, v));
+    } else if (a == "--sparsity") {
+      o.sparsity = to_double(a, v);
+    } else if (a == "--prune-window") {
+      const auto p = split(v, ',');
+      if (p.size() != 2) throw pactrain::error("--prune-window: expected A,B, got '" + v + "'");
+      o.cfg.prune_start = to_double(a, p[0]);
+      o.cfg.prune_end = to_double(a, p[1]);
+    } else if (a == "--prune-updates") {
+      o.cfg.prune_updates = to_count(a, v);
+    } else if (a == "--scope") {
+      if (v == "global") {
+        o.cfg.scope = pactrain::pruning_scope::global;
+      } else if (v == "per-tensor") {
+        o.cfg.scope = pactrain::pruning_scope::per_tensor;
+      } else {
+        throw pactrain::error("--scope: expected global or per-tensor, got '" + v + "'");
+      }
+    } else if (a == "--hidden") {
+      o.cfg.hidden.clear();
+      for (const auto& h : split(v, ',')) o.cfg.hidden.push_back(to_count(a, h));
+    } else if (a == "--train-limit") {
+      o.train_limit = to_count(a, v);
+    } else if (a == "--test-limit") {
+      o.test_limit = to_count(a, v);
+    } else if (a == "--data") {
+      o.data = v;
+    } else if (a == "--summary") {
+      o.summary = v;
+    } else if (a == "--seed") {
+      o.cfg.seed = to_count(a, v);
+    } else {
+      throw pactrain::error("unknown option '" + a + "'\n" + usage);
+    }
+  }
+  if (o.cfg.epochs < 1 || o.cfg.batch < 1) throw pactrain::error("--epochs and --batch must be positive");
+  if (!(o.sparsity > 0.0 && o.sparsity < 1.0)) throw pactrain::error("--sparsity must be in (0, 1)");
+  if (!(o.cfg.lr > 0.0f) || !(o.cfg.momentum >= 0.0f && o.cfg.momentum < 1.0f) ||
+      !(o.cfg.weight_decay >= 0.0f)) {
+    throw pactrain::error("need --lr > 0, 0 <= --momentum < 1 and --weight-decay >= 0");
+  }
+  if (!(o.cfg.prune_start >= 0.0 && o.cfg.prune_start < o.cfg.prune_end && o.cfg.prune_end <= 1.0))
+    throw pactrain::error("--prune-window: need 0 <= A < B <= 1");
+  if (o.cfg.prune_updates < 1) throw pactrain::error("--prune-updates must be positive");
+  for (auto h : o.cfg.hidden)
+    if (h == 0) throw pactrain::error("--hidden: layer sizes must be positive");
+  return o;
+}
+
+std::string join(const std::vector<std::size_t>& v, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string run_json(const fm::train_result& r, const char* indent) {
+  std::ostringstream o;
+  const std::string in = indent;
+  o << "{\n";
+  o << in << "  \"test_accuracy\": " << num(r.test_accuracy) << ",\n";
+  o << in << "  \"sparsity\": " << num(r.sparsity) << ",\n";
+  o << in << "  \"kept_weights\": " << r.kept_weights << ",\n";
+  o << in << "  \"prunable_weights\": " << r.prunable_weights << ",\n";
+  o << in << "  \"bytes_per_step\": " << r.bytes_per_step << ",\n";
+  o << in << "  \"dense_bytes_per_step\": " << r.dense_bytes_per_step << ",\n";
+  o << in << "  \"step_seconds\": " << num(r.step_seconds) << ",\n";
+  o << in << "  \"sync_seconds_per_step\": " << num(r.sync_seconds) << ",\n";
+  o << in << "  \"sync_share\": " << num(r.sync_seconds / r.step_seconds) << ",\n";
+  o << in << "  \"prune_seconds_per_step\": " << num(r.prune_seconds) << ",\n";
+  o << in << "  \"steps\": " << r.steps << ",\n";
+  o << in << "  \"mask_updates\": " << r.mask_updates << ",\n";
+  o << in << "  \"train_seconds\": " << num(r.train_seconds) << ",\n";
+  o << in << "  \"total_seconds\": " << num(r.total_seconds) << ",\n";
+  o << in << "  \"weights_agree_across_ranks\": " << (r.weights_agree ? "true" : "false") << ",\n";
+  o << in << "  \"tensors\": [";
+  for (std::size_t i = 0; i < r.layout.tensor_count(); ++i) {
+    const auto& t = r.layout.tensor(i);
+    o << (i ? ", " : "") << "{\"name\": \"" << t.name << "\", \"size\": " << t.size
+      << ", \"kept\": " << r.masks[i].count() << "}";
+  }
+  o << "],\n";
+  o << in << "  \"history\": [\n";
+  for (std::size_t i = 0; i < r.history.size(); ++i) {
+    const auto& h = r.history[i];
+    o << in << "    {\"epoch\": " << h.epoch << ", \"train_loss\": " << num(h.train_loss)
+      << ", \"test_accuracy\": " << num(h.test_accuracy) << ", \"sparsity\": " << num(h.sparsity)
+      << ", \"bytes_per_step\": " << h.bytes_per_step << ", \"step_seconds\": "
+      << num(h.step_seconds) << ", \"sync_seconds_per_step\": " << num(h.sync_seconds) << "}"
+      << (i + 1 < r.history.size() ? "," : "") << "\n";
+  }
+  o << in << "  ]\n" << in << "}";
+  return o.str();
+}
+
+void write_summary(const options& o, int ranks, const fm::train_config& cfg,
+                   const std::vector<std::size_t>& sizes, std::size_t params,
+                   std::size_t train_count, std::size_t test_count, const fm::train_result* dense,
+                   const fm::train_result* sparse, double wall) {
+  std::ostringstream j;
+  j << "{\n";
+  j << "  \"pactrain_version\": \"" << pactrain::version_string() << "\",\n";
+  j << "  \"ranks\": " << ranks << ",\n";
+  j << "  \"epochs\": " << cfg.epochs << ",\n";
+  j << "  \"seed\": " << cfg.seed << ",\n";
+  j << "  \"accuracy_unit\": \"fraction\",\n";
+  j << "  \"model\": {\"sizes\": [" << join(sizes, ", ") << "], \"parameters\": " << params
+    << "},\n";
+  j << "  \"config\": {\"batch_per_rank\": " << cfg.batch << ", \"global_batch\": "
+    << cfg.batch * static_cast<std::size_t>(ranks) << ", \"lr\": " << num(cfg.lr)
+    << ", \"lr_schedule\": \"cosine\", \"momentum\": " << num(cfg.momentum)
+    << ", \"weight_decay\": " << num(cfg.weight_decay) << ", \"target_sparsity\": "
+    << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start) << ", \"prune_end\": "
+    << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates << ", \"scope\": \""
+    << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
+    << "\", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
+  if (dense) j << "  \"dense\": " << run_json(*dense, "  ") << ",\n";
+  if (sparse) j << "  \"sparse\": " << run_json(*sparse, "  ") << ",\n";
+  if (dense && sparse) {
+    j << "  \"accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - sparse->test_accuracy))
+      << ",\n";
+    j << "  \"bytes_ratio\": "
+      << num(static_cast<double>(sparse->bytes_per_step) / static_cast<double>(dense->bytes_per_step))
+      << ",\n";
+  }
+  j << "  \"wall_seconds\": " << num(wall) << "\n}\n";
+
+  const std::filesystem::path p(o.summary);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(p);
+  f << j.str();
+  if (!f) throw pactrain::error("cannot write the summary to " + o.summary);
+}
+
+int run(int argc, char** argv) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  int rank = 0;
+  int ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+
+  const options o = parse(argc, argv);  // same arguments, same verdict on every rank
+
+  // Every rank reads the files; agree on the outcome before any collective.
+  fm::dataset train_set;
+  fm::dataset test_set;
+  std::string load_error;
+  try {
+    train_set = fm::load_split(o.data, "train", o.train_limit);
+    test_set = fm::load_split(o.data, "t10k", o.test_limit);
+  } catch (const std::exception& e) {
+    load_error = e.what();
+  }
+  int failed = load_error.empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (failed != 0) {
+    if (!load_error.empty() && (rank == 0 || ranks == 1)) std::fprintf(stderr, "%s\n", load_error.c_str());
+    if (rank == 0 && load_error.empty()) std::fprintf(stderr, "loading the data failed on another rank\n");
+    return 1;
+  }
+
+  std::vector<std::size_t> sizes{train_set.features()};
+  sizes.insert(sizes.end(), o.cfg.hidden.begin(), o.cfg.hidden.end());
+  sizes.push_back(fm::class_count);
+  const fm::mlp shape(sizes);
+  const std::size_t params = shape.layout().total_size();
+  const std::size_t per_epoch = train_set.count / static_cast<std::size_t>(ranks) / o.cfg.batch;
+  if (rank == 0) {
+    std::printf(
+        "pactrain %s Fashion-MNIST: %d ranks, MLP %s (%zu parameters), %zu train / %zu test "
+        "samples\n",
+        pactrain::version_string(), ranks, join(sizes, "-").c_str(), params, train_set.count,
+        test_set.count);
+    std::printf(
+        "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %.3g cosine, momentum %.3g, "
+        "seed %llu; sparse run: gradual %s magnitude pruning of the weights to %.0f%% over "
+        "steps %.0f%%-%.0f%%, biases dense\n",
+        o.cfg.epochs, per_epoch, o.cfg.batch, o.cfg.batch * static_cast<std::size_t>(ranks),
+        static_cast<double>(o.cfg.lr), static_cast<double>(o.cfg.momentum),
+        static_cast<unsigned long long>(o.cfg.seed),
+        o.cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
+        100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end);
+    std::printf("%-6s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
+                "sparsity", "bytes/step", "step ms", "sync", "prune");
+    std::fflush(stdout);
+  }
+
+  const auto run_one = [&](const char* name, double sparsity) {
+    fm::train_config cfg = o.cfg;
+    cfg.sparsity = sparsity;
+    return fm::train(cfg, train_set, test_set, MPI_COMM_WORLD, [&](const fm::epoch_record& e) {
+      if (rank != 0) return;
+      std::printf("%-6s %5d %8.4f %8.2f%% %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", name, e.epoch,
+                  e.train_loss, 100.0 * e.test_accuracy, 100.0 * e.sparsity, e.bytes_per_step,
+                  1e3 * e.step_seconds, 100.0 * e.sync_seconds / e.step_seconds,
+                  100.0 * e.prune_seconds / e.step_seconds);
+      std::fflush(stdout);
+    });
+  };
+
+  std::optional<fm::train_result> dense;
+  std::optional<fm::train_result> sparse;
+  if (o.mode != "sparse") dense = run_one("dense", 0.0);
+  if (o.mode != "dense") sparse = run_one("sparse", o.sparsity);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  bool agree = true;
+  for (const auto* r : {dense ? &*dense : nullptr, sparse ? &*sparse : nullptr})
+    if (r != nullptr) agree = agree && r->weights_agree;
+
+  if (rank == 0) {
+    std::printf("\n%-22s %12s %12s\n", "", dense ? "dense" : "", sparse ? "sparse" : "");
+    const auto row = [&](const char* label, auto get) {
+      std::printf("%-22s %12s %12s\n", label, dense ? get(*dense).c_str() : "",
+                  sparse ? get(*sparse).c_str() : "");
+    };
+    const auto fmt = [](const char* f, double v) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, f, v);
+      return std::string(buf);
+    };
+    row("test accuracy", [&](const fm::train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
+    row("weights pruned", [&](const fm::train_result& r) { return fmt("%.1f%%", 100.0 * r.sparsity); });
+    row("bytes sent per step", [&](const fm::train_result& r) { return std::to_string(r.bytes_per_step); });
+    row("step time (ms)", [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.step_seconds); });
+    row("sync time (ms/step)", [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
+    row("run time (s)", [&](const fm::train_result& r) { return fmt("%.1f", r.total_seconds); });
+    if (dense && sparse) {
+      std::printf("accuracy gap %.2f points (dense - sparse); sparse sends %.1f%% of the dense bytes\n",
+                  100.0 * (dense->test_accuracy - sparse->test_accuracy),
+                  100.0 * static_cast<double>(sparse->bytes_per_step) /
+                      static_cast<double>(dense->bytes_per_step));
+    }
+    std::printf("total wall time %.1f s; weights bit-identical on all ranks: %s\n", wall,
+                agree ? "yes" : "NO");
+    if (!o.summary.empty()) {
+      write_summary(o, ranks, o.cfg, sizes, params, train_set.count, test_set.count,
+                    dense ? &*dense : nullptr, sparse ? &*sparse : nullptr, wall);
+      std::printf("summary: %s\n", o.summary.c_str());
+    }
+  }
+  return agree ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rc = 0;
+  try {
+    rc = run(argc, argv);
+  } catch (const std::exception& e) {
+    // Option errors and pactrain errors are raised on every rank alike: report once.
+    if (rank == 0) std::fprintf(stderr, "pactrain_fmnist: %s\n", e.what());
+    rc = 2;
+  }
+  MPI_Finalize();
+  return rc;
+}

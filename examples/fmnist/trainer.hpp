@@ -1,0 +1,320 @@
+// Data-parallel training of the Fashion-MNIST MLP over MPI, with pactrain's sync engine
+// averaging the gradients and, in a sparse run, a gradual magnitude pruner shrinking them.
+//
+// Header-only; used by examples/fmnist/main.cpp and by the tests. Build and run (from the
+// repository root):
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_fmnist
+//   mpiexec -n 4 build/examples/pactrain_fmnist
+//
+// Every rank starts from the same seeded initialisation and trains on its shard (rank r takes
+// samples r, r + P, ...), shuffled each epoch with the same seed-determined permutation of
+// shard positions. One step: forward and backward on the local mini-batch, sync.allreduce of
+// the flat gradient (the mean over ranks; pruned entries come back as +0), SGD with momentum,
+// then pruner.step (which commits new masks on update steps) and, after an update, apply_masks
+// on weights and momentum, so pruned weights are exactly 0 and stay so. The weights therefore stay bit-identical on
+// every rank, and each rank computes the same masks locally.
+#pragma once
+
+#include "fmnist/idx.hpp"
+#include "fmnist/mlp.hpp"
+
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+#include <pactrain/pruning.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numbers>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pactrain::fmnist {
+
+/// What one run does. sparsity == 0 is the dense baseline: no pruner, and the sync engine
+/// allreduces whole buckets (bucket_strategy::dense), as a trainer without pactrain would.
+struct train_config {
+  std::vector<std::size_t> hidden = {1024, 512};
+  int epochs = 12;
+  std::size_t batch = 64;  // per rank
+  float lr = 0.05f;        // peak; cosine decay to 0 over the run
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::uint64_t seed = 1;
+  double sparsity = 0.0;  // final fraction of prunable weights pruned
+  // Gradual pruning window, as fractions of all training steps: dense before prune_start,
+  // final sparsity from prune_end on, `prune_updates` mask updates in between.
+  double prune_start = 0.1;
+  double prune_end = 0.6;
+  std::uint64_t prune_updates = 20;
+  pruning_scope scope = pruning_scope::global;
+};
+
+/// Per-epoch progress (every rank has the same values).
+struct epoch_record {
+  int epoch = 0;
+  double train_loss = 0;     // mean over the epoch's steps and all ranks
+  double test_accuracy = 0;  // fraction in [0, 1]
+  double sparsity = 0;       // fraction of prunable weights pruned at the epoch's end
+  std::size_t bytes_per_step = 0;  // payload bytes this rank sent in the epoch's last step
+  double step_seconds = 0;         // mean wall time per step
+  double sync_seconds = 0;         // mean wall time per step inside sync.allreduce
+  double prune_seconds = 0;        // mean wall time per step in pruner.step and apply_masks
+  double epoch_seconds = 0;        // training steps only (no evaluation)
+};
+
+struct train_result {
+  double test_accuracy = 0;
+  double sparsity = 0;
+  std::size_t kept_weights = 0;      // kept entries of the prunable tensors at the end
+  std::size_t prunable_weights = 0;  // entries of the prunable tensors
+  std::size_t bytes_per_step = 0;    // payload bytes each rank sent in the last step
+  std::size_t dense_bytes_per_step = 0;
+  double step_seconds = 0;  // mean wall time per step over the run
+  double sync_seconds = 0;  // mean wall time per step inside sync.allreduce
+  double prune_seconds = 0; // mean wall time per step in pruner.step and apply_masks
+  double train_seconds = 0; // all steps (no evaluation)
+  double total_seconds = 0; // including evaluation
+  std::uint64_t steps = 0;
+  std::size_t steps_per_epoch = 0;
+  std::size_t mask_updates = 0;
+  bool weights_agree = false;  // bit-identical weights on every rank at the end
+  std::vector<epoch_record> history;
+  std::vector<bitmap_mask> masks;  // final masks, in layout order
+  std::vector<float> params;       // final parameters
+  param_layout layout;
+};
+
+/// Normalised features of the selected samples: (pixel / 255 - mean) / std, one row each.
+inline std::vector<float> features(const dataset& d, const std::vector<std::size_t>& samples) {
+  constexpr float mean = 0.2860f;  // of the Fashion-MNIST training pixels
+  constexpr float inv_std = 1.0f / 0.3530f;
+  const std::size_t f = d.features();
+  std::vector<float> x(samples.size() * f);
+  for (std::size_t r = 0; r < samples.size(); ++r) {
+    const std::uint8_t* p = d.pixels.data() + samples[r] * f;
+    for (std::size_t j = 0; j < f; ++j) {
+      x[r * f + j] = (static_cast<float>(p[j]) * (1.0f / 255.0f) - mean) * inv_std;
+    }
+  }
+  return x;
+}
+
+/// Samples rank, rank + ranks, ... of n.
+inline std::vector<std::size_t> shard(std::size_t n, int rank, int ranks) {
+  std::vector<std::size_t> s;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < n; i += static_cast<std::size_t>(ranks))
+    s.push_back(i);
+  return s;
+}
+
+/// The gradual schedule of a run of `total_steps` steps (cfg.prune_* are fractions of it).
+inline gradual_schedule make_schedule(const train_config& cfg, std::uint64_t total_steps) {
+  const auto at = [&](double f) {
+    return static_cast<std::uint64_t>(std::llround(f * static_cast<double>(total_steps)));
+  };
+  const std::uint64_t start = at(cfg.prune_start);
+  const std::uint64_t end = std::max(at(cfg.prune_end), start + 1);
+  const std::uint64_t updates = std::max<std::uint64_t>(1, std::min(cfg.prune_updates, end - start));
+  return gradual_schedule{.initial_sparsity = 0.0,
+                          .final_sparsity = cfg.sparsity,
+                          .start_step = start,
+                          .interval = std::max<std::uint64_t>(1, (end - start) / updates),
+                          .updates = updates};
+}
+
+namespace detail {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Test accuracy: each rank scores its shard of the test set, the counts are summed.
+inline double evaluate(mlp& model, const std::vector<float>& x, const std::vector<std::uint8_t>& y,
+                       std::size_t test_count, MPI_Comm comm) {
+  constexpr std::size_t chunk = 1000;
+  unsigned long long correct = 0;
+  for (std::size_t r = 0; r < y.size(); r += chunk) {
+    const std::size_t n = std::min(chunk, y.size() - r);
+    correct += model.count_correct(x.data() + r * model.inputs(), y.data() + r, n);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
+  return static_cast<double>(correct) / static_cast<double>(test_count);
+}
+
+inline bool same_on_all_ranks(std::span<const float> v, MPI_Comm comm) {
+  digest_builder d(0x77656967);  // "weig"
+  for (float f : v) d.add(static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(f)));
+  unsigned long long mine[2] = {d.value(), ~d.value()};
+  MPI_Allreduce(MPI_IN_PLACE, mine, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  return mine[0] == ~mine[1];
+}
+
+}  // namespace detail
+
+/// Trains one run on `comm` (collective: every rank calls it with the same config and data).
+/// `on_epoch` runs on every rank after each epoch's evaluation.
+inline train_result train(const train_config& cfg, const dataset& train_set,
+                          const dataset& test_set, MPI_Comm comm,
+                          const std::function<void(const epoch_record&)>& on_epoch = {}) {
+  const auto run_start = std::chrono::steady_clock::now();
+  int rank = 0;
+  int ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  PACTRAIN_EXPECTS(cfg.epochs > 0 && cfg.batch > 0, "train: epochs and batch must be positive");
+  PACTRAIN_EXPECTS(cfg.sparsity >= 0.0 && cfg.sparsity < 1.0, "train: sparsity must be in [0, 1)");
+  PACTRAIN_EXPECTS(cfg.prune_start >= 0.0 && cfg.prune_start < cfg.prune_end &&
+                       cfg.prune_end <= 1.0,
+                   "train: need 0 <= prune_start < prune_end <= 1");
+  PACTRAIN_EXPECTS(train_set.features() == test_set.features(),
+                   "train: train and test images differ in size");
+
+  enable_flush_to_zero();
+
+  std::vector<std::size_t> sizes{train_set.features()};
+  sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+  sizes.push_back(class_count);
+  mlp model(sizes);
+  model.init(cfg.seed);
+  const param_layout& layout = model.layout();
+  const std::vector<bool> prunable = matrix_tensors(layout);
+
+  // Every rank takes the same number of steps: the smallest shard decides.
+  const std::vector<std::size_t> my_train = shard(train_set.count, rank, ranks);
+  const std::size_t min_shard = train_set.count / static_cast<std::size_t>(ranks);
+  const std::size_t steps_per_epoch = min_shard / cfg.batch;
+  PACTRAIN_EXPECTS(steps_per_epoch > 0,
+                   "train: " + std::to_string(train_set.count) + " training samples give less than "
+                   "one batch of " + std::to_string(cfg.batch) + " per rank on " +
+                       std::to_string(ranks) + " ranks");
+  const std::vector<float> x_train = features(train_set, my_train);
+  std::vector<std::uint8_t> y_train;
+  for (auto i : my_train) y_train.push_back(train_set.labels[i]);
+  const std::vector<std::size_t> my_test = shard(test_set.count, rank, ranks);
+  const std::vector<float> x_test = features(test_set, my_test);
+  std::vector<std::uint8_t> y_test;
+  for (auto i : my_test) y_test.push_back(test_set.labels[i]);
+
+  const bool sparse = cfg.sparsity > 0.0;
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
+  sync_t sync{mpi_communicator{comm}, layout, host_compactor{},
+              sync_options{.strategy = sparse ? bucket_strategy::sparse : bucket_strategy::dense}};
+
+  const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
+  using pruner_t = pruner<magnitude_pruning, gradual_schedule>;
+  std::optional<pruner_t> pr;
+  if (sparse) {
+    pr.emplace(magnitude_pruning{cfg.scope}, make_schedule(cfg, total_steps), prunable,
+               mask_source::local);
+  }
+
+  sgd_momentum opt(layout.total_size(), cfg.momentum, cfg.weight_decay);
+  const std::size_t f = model.inputs();
+  std::vector<float> xb(cfg.batch * f);
+  std::vector<std::uint8_t> yb(cfg.batch);
+  std::vector<std::size_t> order(my_train.size());
+
+  train_result res;
+  res.steps_per_epoch = steps_per_epoch;
+  std::uint64_t step = 0;
+  double train_seconds = 0;
+  double sync_seconds = 0;
+  double prune_seconds = 0;
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    // The same permutation of shard positions on every rank.
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    shuffle(order, cfg.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch));
+
+    double loss_sum = 0;
+    double epoch_sync = 0;
+    double epoch_prune = 0;
+    const auto epoch_start = std::chrono::steady_clock::now();
+    for (std::size_t s = 0; s < steps_per_epoch; ++s, ++step) {
+      for (std::size_t b = 0; b < cfg.batch; ++b) {
+        const std::size_t i = order[s * cfg.batch + b];
+        std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
+        yb[b] = y_train[i];
+      }
+      loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
+
+      const auto t0 = std::chrono::steady_clock::now();
+      sync.allreduce(model.grads());
+      epoch_sync += detail::seconds_since(t0);
+
+      const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
+      const float lr = cfg.lr * 0.5f * static_cast<float>(1.0 + std::cos(std::numbers::pi * progress));
+      opt.step(model.params(), model.grads(), lr);
+
+      if (pr) {
+        const auto t1 = std::chrono::steady_clock::now();
+        if (pr->step(sync, std::span<const float>(model.params()))) {
+          ++res.mask_updates;
+          // Newly pruned entries start at exactly 0. Between updates they stay there without
+          // help: their averaged gradient is +0, so the momentum stays 0 and so does w.
+          apply_masks(layout, sync.masks(), model.params());
+          apply_masks(layout, sync.masks(), opt.velocity());
+        }
+        epoch_prune += detail::seconds_since(t1);
+      }
+    }
+    // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
+    double sums[4] = {loss_sum, detail::seconds_since(epoch_start), epoch_sync, epoch_prune};
+    MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm);
+    const double epoch_seconds = sums[1] / ranks;
+    epoch_sync = sums[2] / ranks;
+    epoch_prune = sums[3] / ranks;
+    train_seconds += epoch_seconds;
+    sync_seconds += epoch_sync;
+    prune_seconds += epoch_prune;
+
+    epoch_record rec;
+    rec.epoch = epoch;
+    rec.train_loss = sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
+    rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
+    std::size_t kept = 0;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < layout.tensor_count(); ++i) {
+      if (!prunable[i]) continue;
+      kept += sync.masks()[i].count();
+      total += layout.tensor(i).size;
+    }
+    rec.sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(total);
+    rec.bytes_per_step = sync.stats().bytes_sent;
+    rec.step_seconds = epoch_seconds / static_cast<double>(steps_per_epoch);
+    rec.sync_seconds = epoch_sync / static_cast<double>(steps_per_epoch);
+    rec.prune_seconds = epoch_prune / static_cast<double>(steps_per_epoch);
+    rec.epoch_seconds = epoch_seconds;
+    res.history.push_back(rec);
+    res.kept_weights = kept;
+    res.prunable_weights = total;
+    if (on_epoch) on_epoch(rec);
+  }
+
+  res.test_accuracy = res.history.back().test_accuracy;
+  res.sparsity = res.history.back().sparsity;
+  res.bytes_per_step = sync.stats().bytes_sent;
+  res.dense_bytes_per_step = sync.stats().dense_bytes;
+  res.steps = step;
+  res.train_seconds = train_seconds;
+  res.step_seconds = train_seconds / static_cast<double>(step);
+  res.sync_seconds = sync_seconds / static_cast<double>(step);
+  res.prune_seconds = prune_seconds / static_cast<double>(step);
+  res.weights_agree = detail::same_on_all_ranks(model.params(), comm);
+  res.masks = sync.masks();
+  res.params.assign(model.params().begin(), model.params().end());
+  res.layout = layout;
+  res.total_seconds = detail::seconds_since(run_start);
+  return res;
+}
+
+}  // namespace pactrain::fmnist
