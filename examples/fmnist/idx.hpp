@@ -4,7 +4,8 @@
 // that uses it (from the repository root):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_fmnist
-//   mpiexec -n 4 build/examples/pactrain_fmnist
+//   export OMPI_MCA_mpi_yield_when_idle=1
+//   mpiexec --allow-run-as-root --oversubscribe -n 4 build/examples/pactrain_fmnist
 //
 // IDX format (big-endian): a 4-byte magic (0x00000803 for uint8 images with 3 dimensions,
 // 0x00000801 for uint8 labels with 1), one uint32 per dimension, then the bytes, row-major.
@@ -70,8 +71,8 @@ inline std::vector<std::uint8_t> read_gzip(const std::string& path) {
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
-    data_fail(path, std::string("cannot open: ") +
-                        (errno != 0 ? std::strerror(errno) : "out of memory"));
+    data_fail(path,
+              std::string("cannot open: ") + (errno != 0 ? std::strerror(errno) : "out of memory"));
   }
   gzbuffer(f, 1u << 17);
   std::vector<std::uint8_t> out;
@@ -113,10 +114,11 @@ inline std::string hex32(std::uint32_t v) {
 
 // Checks the magic and the length, returns the dimensions; the data starts after them.
 inline std::vector<std::size_t> idx_header(const std::string& path,
-                                           const std::vector<std::uint8_t>& b,
-                                           std::uint32_t magic, std::size_t dims) {
+                                           const std::vector<std::uint8_t>& b, std::uint32_t magic,
+                                           std::size_t dims) {
   const std::size_t header = 4 + 4 * dims;
-  if (b.size() < 4) data_fail(path, "too short for an IDX file (" + std::to_string(b.size()) + " bytes)");
+  if (b.size() < 4)
+    data_fail(path, "too short for an IDX file (" + std::to_string(b.size()) + " bytes)");
   const std::uint32_t m = be32(b, 0);
   if (m != magic) {
     data_fail(path, "bad IDX magic " + hex32(m) + ", expected " + hex32(magic) +
@@ -127,7 +129,8 @@ inline std::vector<std::size_t> idx_header(const std::string& path,
   std::size_t total = 1;
   for (std::size_t i = 0; i < dims; ++i) {
     d[i] = be32(b, 4 + 4 * i);
-    if (d[i] != 0 && total > (std::size_t{1} << 40) / d[i]) data_fail(path, "IDX dimensions overflow");
+    if (d[i] != 0 && total > (std::size_t{1} << 40) / d[i])
+      data_fail(path, "IDX dimensions overflow");
     total *= d[i];
   }
   const std::size_t have = b.size() - header;
@@ -149,8 +152,8 @@ inline dataset read_idx_images(const std::string& path) {
   const auto b = detail::read_gzip(path);
   const auto d = detail::idx_header(path, b, idx_images_magic, 3);
   if (d[1] == 0 || d[2] == 0) {
-    detail::data_fail(path, "empty image dimensions " + std::to_string(d[1]) + "x" +
-                                std::to_string(d[2]));
+    detail::data_fail(
+        path, "empty image dimensions " + std::to_string(d[1]) + "x" + std::to_string(d[2]));
   }
   dataset s;
   s.count = d[0];

@@ -2,24 +2,27 @@
 // gradient synchronisation, with the same seed and epochs, one run after the other.
 //
 // Build and run (from the repository root; needs libeigen3-dev, zlib1g-dev and
-// dataset-fashion-mnist; as root add --allow-run-as-root --oversubscribe to mpiexec):
+// dataset-fashion-mnist; --allow-run-as-root and --oversubscribe are for Open MPI as root
+// with more ranks than cores, and yielding keeps oversubscribed ranks from starving each other):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_fmnist
-//   OMPI_MCA_mpi_yield_when_idle=1 mpiexec -n 4 build/examples/pactrain_fmnist --sparsity 0.9 --summary build/demo/summary.json
-// scripts/demo.sh does all of it.
+//   export OMPI_MCA_mpi_yield_when_idle=1
+//   mpiexec --allow-run-as-root --oversubscribe -n 4 build/examples/pactrain_fmnist
+// scripts/demo.sh does all of it (and writes build/demo/summary.json).
 //
 // Options (defaults in brackets):
 //   --mode both|dense|sparse  which runs [both: dense, then sparse]
-//   --epochs N                epochs of each run [12]
-//   --batch B                 mini-batch per rank [64]
-//   --lr X                    peak learning rate, cosine decay to 0 [0.05]
+//   --epochs N                epochs of each run [17]
+//   --batch B                 mini-batch per rank [128]
+//   --lr X                    peak learning rate [0.1]
+//   --lr-hold F               fraction of the steps at the peak rate, then cosine to 0 [0]
 //   --momentum X              SGD momentum [0.9]
-//   --weight-decay X          L2 weight decay [0]
+//   --weight-decay X          L2 weight decay [0.0001]
 //   --sparsity S              final fraction of weights pruned in the sparse run [0.9]
 //   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.1,0.6]
 //   --prune-updates N         mask updates in the window [20]
 //   --scope global|per-tensor magnitude ranking across all weights or per tensor [global]
-//   --hidden A,B,...          hidden layer sizes [1024,512]
+//   --hidden A,B,...          hidden layer sizes [1024,64]
 //   --train-limit N           use the first N training samples (0: all) [0]
 //   --test-limit N            use the first N test samples (0: all) [0]
 //   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]
@@ -59,7 +62,7 @@ struct options {
 
 constexpr const char* usage =
     "usage: pactrain_fmnist [--mode both|dense|sparse] [--epochs N] [--batch B] [--lr X]\n"
-    "       [--momentum X] [--weight-decay X] [--sparsity S] [--prune-window A,B]\n"
+    "       [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] [--prune-window A,B]\n"
     "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]";
 
@@ -114,6 +117,8 @@ options parse(int argc, char** argv) {
       o.cfg.batch = to_count(a, v);
     } else if (a == "--lr") {
       o.cfg.lr = static_cast<float>(to_double(a, v));
+    } else if (a == "--lr-hold") {
+      o.cfg.lr_hold = to_double(a, v);
     } else if (a == "--momentum") {
       o.cfg.momentum = static_cast<float>(to_double(a, v));
     } else if (a == "--weight-decay") {
@@ -152,14 +157,18 @@ options parse(int argc, char** argv) {
       throw pactrain::error("unknown option '" + a + "'\n" + usage);
     }
   }
-  if (o.cfg.epochs < 1 || o.cfg.batch < 1) throw pactrain::error("--epochs and --batch must be positive");
-  if (!(o.sparsity > 0.0 && o.sparsity < 1.0)) throw pactrain::error("--sparsity must be in (0, 1)");
+  if (o.cfg.epochs < 1 || o.cfg.batch < 1)
+    throw pactrain::error("--epochs and --batch must be positive");
+  if (!(o.sparsity > 0.0 && o.sparsity < 1.0))
+    throw pactrain::error("--sparsity must be in (0, 1)");
   if (!(o.cfg.lr > 0.0f) || !(o.cfg.momentum >= 0.0f && o.cfg.momentum < 1.0f) ||
       !(o.cfg.weight_decay >= 0.0f)) {
     throw pactrain::error("need --lr > 0, 0 <= --momentum < 1 and --weight-decay >= 0");
   }
   if (!(o.cfg.prune_start >= 0.0 && o.cfg.prune_start < o.cfg.prune_end && o.cfg.prune_end <= 1.0))
     throw pactrain::error("--prune-window: need 0 <= A < B <= 1");
+  if (!(o.cfg.lr_hold >= 0.0 && o.cfg.lr_hold < 1.0))
+    throw pactrain::error("--lr-hold must be in [0, 1)");
   if (o.cfg.prune_updates < 1) throw pactrain::error("--prune-updates must be positive");
   for (auto h : o.cfg.hidden)
     if (h == 0) throw pactrain::error("--hidden: layer sizes must be positive");
@@ -175,6 +184,13 @@ std::string join(const std::vector<std::size_t>& v, const char* sep) {
 std::string num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// A float setting as it was given (0.1, not 0.100000001).
+std::string num(float v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
   return buf;
 }
 
@@ -209,8 +225,9 @@ std::string run_json(const fm::train_result& r, const char* indent) {
     const auto& h = r.history[i];
     o << in << "    {\"epoch\": " << h.epoch << ", \"train_loss\": " << num(h.train_loss)
       << ", \"test_accuracy\": " << num(h.test_accuracy) << ", \"sparsity\": " << num(h.sparsity)
-      << ", \"bytes_per_step\": " << h.bytes_per_step << ", \"step_seconds\": "
-      << num(h.step_seconds) << ", \"sync_seconds_per_step\": " << num(h.sync_seconds) << "}"
+      << ", \"bytes_per_step\": " << h.bytes_per_step
+      << ", \"step_seconds\": " << num(h.step_seconds)
+      << ", \"sync_seconds_per_step\": " << num(h.sync_seconds) << "}"
       << (i + 1 < r.history.size() ? "," : "") << "\n";
   }
   o << in << "  ]\n" << in << "}";
@@ -230,21 +247,23 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
   j << "  \"accuracy_unit\": \"fraction\",\n";
   j << "  \"model\": {\"sizes\": [" << join(sizes, ", ") << "], \"parameters\": " << params
     << "},\n";
-  j << "  \"config\": {\"batch_per_rank\": " << cfg.batch << ", \"global_batch\": "
-    << cfg.batch * static_cast<std::size_t>(ranks) << ", \"lr\": " << num(cfg.lr)
-    << ", \"lr_schedule\": \"cosine\", \"momentum\": " << num(cfg.momentum)
-    << ", \"weight_decay\": " << num(cfg.weight_decay) << ", \"target_sparsity\": "
-    << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start) << ", \"prune_end\": "
-    << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates << ", \"scope\": \""
-    << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
+  j << "  \"config\": {\"batch_per_rank\": " << cfg.batch
+    << ", \"global_batch\": " << cfg.batch * static_cast<std::size_t>(ranks)
+    << ", \"lr\": " << num(cfg.lr) << ", \"lr_hold\": " << num(cfg.lr_hold)
+    << ", \"lr_schedule\": \"constant for lr_hold of the steps, then cosine to 0\", \"momentum\": "
+    << num(cfg.momentum) << ", \"weight_decay\": " << num(cfg.weight_decay)
+    << ", \"target_sparsity\": " << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start)
+    << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
+    << ", \"scope\": \"" << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
     << "\", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
   if (dense) j << "  \"dense\": " << run_json(*dense, "  ") << ",\n";
   if (sparse) j << "  \"sparse\": " << run_json(*sparse, "  ") << ",\n";
   if (dense && sparse) {
-    j << "  \"accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - sparse->test_accuracy))
-      << ",\n";
+    j << "  \"accuracy_gap_points\": "
+      << num(100.0 * (dense->test_accuracy - sparse->test_accuracy)) << ",\n";
     j << "  \"bytes_ratio\": "
-      << num(static_cast<double>(sparse->bytes_per_step) / static_cast<double>(dense->bytes_per_step))
+      << num(static_cast<double>(sparse->bytes_per_step) /
+             static_cast<double>(dense->bytes_per_step))
       << ",\n";
   }
   j << "  \"wall_seconds\": " << num(wall) << "\n}\n";
@@ -278,8 +297,10 @@ int run(int argc, char** argv) {
   int failed = load_error.empty() ? 0 : 1;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (failed != 0) {
-    if (!load_error.empty() && (rank == 0 || ranks == 1)) std::fprintf(stderr, "%s\n", load_error.c_str());
-    if (rank == 0 && load_error.empty()) std::fprintf(stderr, "loading the data failed on another rank\n");
+    if (!load_error.empty() && (rank == 0 || ranks == 1))
+      std::fprintf(stderr, "%s\n", load_error.c_str());
+    if (rank == 0 && load_error.empty())
+      std::fprintf(stderr, "loading the data failed on another rank\n");
     return 1;
   }
 
@@ -296,12 +317,13 @@ int run(int argc, char** argv) {
         pactrain::version_string(), ranks, join(sizes, "-").c_str(), params, train_set.count,
         test_set.count);
     std::printf(
-        "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %.3g cosine, momentum %.3g, "
-        "seed %llu; sparse run: gradual %s magnitude pruning of the weights to %.0f%% over "
-        "steps %.0f%%-%.0f%%, biases dense\n",
+        "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %g (held for %.0f%% of the "
+        "steps, then cosine to 0), momentum %g, weight decay %g, seed %llu\n"
+        "sparse run: gradual %s magnitude pruning of the weights to %.0f%% over steps "
+        "%.0f%%-%.0f%%, biases dense\n",
         o.cfg.epochs, per_epoch, o.cfg.batch, o.cfg.batch * static_cast<std::size_t>(ranks),
-        static_cast<double>(o.cfg.lr), static_cast<double>(o.cfg.momentum),
-        static_cast<unsigned long long>(o.cfg.seed),
+        static_cast<double>(o.cfg.lr), 100.0 * o.cfg.lr_hold, static_cast<double>(o.cfg.momentum),
+        static_cast<double>(o.cfg.weight_decay), static_cast<unsigned long long>(o.cfg.seed),
         o.cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
         100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end);
     std::printf("%-6s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
@@ -326,7 +348,8 @@ int run(int argc, char** argv) {
   std::optional<fm::train_result> sparse;
   if (o.mode != "sparse") dense = run_one("dense", 0.0);
   if (o.mode != "dense") sparse = run_one("sparse", o.sparsity);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   bool agree = true;
   for (const auto* r : {dense ? &*dense : nullptr, sparse ? &*sparse : nullptr})
@@ -343,17 +366,23 @@ int run(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, f, v);
       return std::string(buf);
     };
-    row("test accuracy", [&](const fm::train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
-    row("weights pruned", [&](const fm::train_result& r) { return fmt("%.1f%%", 100.0 * r.sparsity); });
-    row("bytes sent per step", [&](const fm::train_result& r) { return std::to_string(r.bytes_per_step); });
-    row("step time (ms)", [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.step_seconds); });
-    row("sync time (ms/step)", [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
+    row("test accuracy",
+        [&](const fm::train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
+    row("weights pruned",
+        [&](const fm::train_result& r) { return fmt("%.1f%%", 100.0 * r.sparsity); });
+    row("bytes sent per step",
+        [&](const fm::train_result& r) { return std::to_string(r.bytes_per_step); });
+    row("step time (ms)",
+        [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.step_seconds); });
+    row("sync time (ms/step)",
+        [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
     row("run time (s)", [&](const fm::train_result& r) { return fmt("%.1f", r.total_seconds); });
     if (dense && sparse) {
-      std::printf("accuracy gap %.2f points (dense - sparse); sparse sends %.1f%% of the dense bytes\n",
-                  100.0 * (dense->test_accuracy - sparse->test_accuracy),
-                  100.0 * static_cast<double>(sparse->bytes_per_step) /
-                      static_cast<double>(dense->bytes_per_step));
+      std::printf(
+          "accuracy gap %.2f points (dense - sparse); sparse sends %.1f%% of the dense bytes\n",
+          100.0 * (dense->test_accuracy - sparse->test_accuracy),
+          100.0 * static_cast<double>(sparse->bytes_per_step) /
+              static_cast<double>(dense->bytes_per_step));
     }
     std::printf("total wall time %.1f s; weights bit-identical on all ranks: %s\n", wall,
                 agree ? "yes" : "NO");

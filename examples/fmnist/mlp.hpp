@@ -5,7 +5,8 @@
 // that uses it (from the repository root):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_fmnist
-//   mpiexec -n 4 build/examples/pactrain_fmnist
+//   export OMPI_MCA_mpi_yield_when_idle=1
+//   mpiexec --allow-run-as-root --oversubscribe -n 4 build/examples/pactrain_fmnist
 //
 // Layer k (1-based) is "fcK.weight", out x in, row-major (as in PyTorch), followed by
 // "fcK.bias" (1-D, out). Gradients live in a second flat buffer with the same layout, which
@@ -135,7 +136,7 @@ class mlp {
     for (std::size_t k = last + 1; k-- > 0;) {
       const_matrix_map in = input_of(k, x, n);
       weight_map(grads_, k).noalias() = z_[k].transpose() * in;
-      bias_map(grads_, k).noalias() = z_[k].colwise().sum();
+      column_sums(z_[k], bias_map(grads_, k));
       if (k == 0) break;
       // dA_{k-1} = dZ_k W_k, then through the ReLU: zero where the activation was zero.
       z_[k - 1].noalias() = z_[k] * weight_map(params_, k);
@@ -173,6 +174,14 @@ class mlp {
       return {x, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(inputs())};
     }
     return {a_[k - 1].data(), a_[k - 1].rows(), a_[k - 1].cols()};
+  }
+
+  // out = the column sums of m, each summed over the rows in order. Eigen's colwise().sum()
+  // sums some columns in packets (grouped in fours) and others one by one, depending on the
+  // destination's address, so the bits of the result would change from run to run.
+  static void column_sums(const matrix& m, row_map out) {
+    out.setZero();
+    for (Eigen::Index r = 0; r < m.rows(); ++r) out += m.row(r);
   }
 
   // z_[k] = in_k W_k^T + b_k; a_[k] = relu(z_[k]) for hidden layers (the last keeps logits).

@@ -5,15 +5,16 @@
 // repository root):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_fmnist
-//   mpiexec -n 4 build/examples/pactrain_fmnist
+//   export OMPI_MCA_mpi_yield_when_idle=1
+//   mpiexec --allow-run-as-root --oversubscribe -n 4 build/examples/pactrain_fmnist
 //
 // Every rank starts from the same seeded initialisation and trains on its shard (rank r takes
 // samples r, r + P, ...), shuffled each epoch with the same seed-determined permutation of
 // shard positions. One step: forward and backward on the local mini-batch, sync.allreduce of
 // the flat gradient (the mean over ranks; pruned entries come back as +0), SGD with momentum,
 // then pruner.step (which commits new masks on update steps) and, after an update, apply_masks
-// on weights and momentum, so pruned weights are exactly 0 and stay so. The weights therefore stay bit-identical on
-// every rank, and each rank computes the same masks locally.
+// on weights and momentum, so pruned weights are exactly 0 and stay so. The weights therefore stay
+// bit-identical on every rank, and each rank computes the same masks locally.
 #pragma once
 
 #include "fmnist/idx.hpp"
@@ -43,12 +44,13 @@ namespace pactrain::fmnist {
 /// What one run does. sparsity == 0 is the dense baseline: no pruner, and the sync engine
 /// allreduces whole buckets (bucket_strategy::dense), as a trainer without pactrain would.
 struct train_config {
-  std::vector<std::size_t> hidden = {1024, 512};
-  int epochs = 12;
-  std::size_t batch = 64;  // per rank
-  float lr = 0.05f;        // peak; cosine decay to 0 over the run
+  std::vector<std::size_t> hidden = {1024, 64};
+  int epochs = 17;
+  std::size_t batch = 128;  // per rank
+  float lr = 0.1f;          // peak learning rate
+  double lr_hold = 0.0;     // fraction of the steps at the peak, then cosine decay to 0
   float momentum = 0.9f;
-  float weight_decay = 0.0f;
+  float weight_decay = 1e-4f;
   std::uint64_t seed = 1;
   double sparsity = 0.0;  // final fraction of prunable weights pruned
   // Gradual pruning window, as fractions of all training steps: dense before prune_start,
@@ -62,9 +64,9 @@ struct train_config {
 /// Per-epoch progress (every rank has the same values).
 struct epoch_record {
   int epoch = 0;
-  double train_loss = 0;     // mean over the epoch's steps and all ranks
-  double test_accuracy = 0;  // fraction in [0, 1]
-  double sparsity = 0;       // fraction of prunable weights pruned at the epoch's end
+  double train_loss = 0;           // mean over the epoch's steps and all ranks
+  double test_accuracy = 0;        // fraction in [0, 1]
+  double sparsity = 0;             // fraction of prunable weights pruned at the epoch's end
   std::size_t bytes_per_step = 0;  // payload bytes this rank sent in the epoch's last step
   double step_seconds = 0;         // mean wall time per step
   double sync_seconds = 0;         // mean wall time per step inside sync.allreduce
@@ -79,11 +81,11 @@ struct train_result {
   std::size_t prunable_weights = 0;  // entries of the prunable tensors
   std::size_t bytes_per_step = 0;    // payload bytes each rank sent in the last step
   std::size_t dense_bytes_per_step = 0;
-  double step_seconds = 0;  // mean wall time per step over the run
-  double sync_seconds = 0;  // mean wall time per step inside sync.allreduce
-  double prune_seconds = 0; // mean wall time per step in pruner.step and apply_masks
-  double train_seconds = 0; // all steps (no evaluation)
-  double total_seconds = 0; // including evaluation
+  double step_seconds = 0;   // mean wall time per step over the run
+  double sync_seconds = 0;   // mean wall time per step inside sync.allreduce
+  double prune_seconds = 0;  // mean wall time per step in pruner.step and apply_masks
+  double train_seconds = 0;  // all steps (no evaluation)
+  double total_seconds = 0;  // including evaluation
   std::uint64_t steps = 0;
   std::size_t steps_per_epoch = 0;
   std::size_t mask_updates = 0;
@@ -124,12 +126,22 @@ inline gradual_schedule make_schedule(const train_config& cfg, std::uint64_t tot
   };
   const std::uint64_t start = at(cfg.prune_start);
   const std::uint64_t end = std::max(at(cfg.prune_end), start + 1);
-  const std::uint64_t updates = std::max<std::uint64_t>(1, std::min(cfg.prune_updates, end - start));
+  const std::uint64_t updates =
+      std::max<std::uint64_t>(1, std::min(cfg.prune_updates, end - start));
   return gradual_schedule{.initial_sparsity = 0.0,
                           .final_sparsity = cfg.sparsity,
                           .start_step = start,
                           .interval = std::max<std::uint64_t>(1, (end - start) / updates),
                           .updates = updates};
+}
+
+/// The learning rate of step t of n: cfg.lr for the first cfg.lr_hold of the steps, then a
+/// cosine decay to 0 at the end.
+inline float learning_rate(const train_config& cfg, std::uint64_t t, std::uint64_t n) {
+  const double p = static_cast<double>(t) / static_cast<double>(n);
+  if (p < cfg.lr_hold) return cfg.lr;
+  const double q = (p - cfg.lr_hold) / (1.0 - cfg.lr_hold);
+  return cfg.lr * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * q)));
 }
 
 namespace detail {
@@ -173,9 +185,10 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   MPI_Comm_size(comm, &ranks);
   PACTRAIN_EXPECTS(cfg.epochs > 0 && cfg.batch > 0, "train: epochs and batch must be positive");
   PACTRAIN_EXPECTS(cfg.sparsity >= 0.0 && cfg.sparsity < 1.0, "train: sparsity must be in [0, 1)");
-  PACTRAIN_EXPECTS(cfg.prune_start >= 0.0 && cfg.prune_start < cfg.prune_end &&
-                       cfg.prune_end <= 1.0,
-                   "train: need 0 <= prune_start < prune_end <= 1");
+  PACTRAIN_EXPECTS(
+      cfg.prune_start >= 0.0 && cfg.prune_start < cfg.prune_end && cfg.prune_end <= 1.0,
+      "train: need 0 <= prune_start < prune_end <= 1");
+  PACTRAIN_EXPECTS(cfg.lr_hold >= 0.0 && cfg.lr_hold < 1.0, "train: lr_hold must be in [0, 1)");
   PACTRAIN_EXPECTS(train_set.features() == test_set.features(),
                    "train: train and test images differ in size");
 
@@ -193,10 +206,11 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   const std::vector<std::size_t> my_train = shard(train_set.count, rank, ranks);
   const std::size_t min_shard = train_set.count / static_cast<std::size_t>(ranks);
   const std::size_t steps_per_epoch = min_shard / cfg.batch;
-  PACTRAIN_EXPECTS(steps_per_epoch > 0,
-                   "train: " + std::to_string(train_set.count) + " training samples give less than "
-                   "one batch of " + std::to_string(cfg.batch) + " per rank on " +
-                       std::to_string(ranks) + " ranks");
+  PACTRAIN_EXPECTS(steps_per_epoch > 0, "train: " + std::to_string(train_set.count) +
+                                            " training samples give less than "
+                                            "one batch of " +
+                                            std::to_string(cfg.batch) + " per rank on " +
+                                            std::to_string(ranks) + " ranks");
   const std::vector<float> x_train = features(train_set, my_train);
   std::vector<std::uint8_t> y_train;
   for (auto i : my_train) y_train.push_back(train_set.labels[i]);
@@ -251,9 +265,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
       sync.allreduce(model.grads());
       epoch_sync += detail::seconds_since(t0);
 
-      const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
-      const float lr = cfg.lr * 0.5f * static_cast<float>(1.0 + std::cos(std::numbers::pi * progress));
-      opt.step(model.params(), model.grads(), lr);
+      opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps));
 
       if (pr) {
         const auto t1 = std::chrono::steady_clock::now();
@@ -279,7 +291,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
 
     epoch_record rec;
     rec.epoch = epoch;
-    rec.train_loss = sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
+    rec.train_loss =
+        sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
     rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
     std::size_t kept = 0;
     std::size_t total = 0;

@@ -2,7 +2,9 @@
 // short data-parallel run pruned to 90% learns, keeps exactly the target number of weights,
 // holds pruned weights at exactly 0 and ends with the same weights on every rank.
 //
-//   mpiexec -n 4 build/tests/mpi/fmnist_training_test
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_mpi_fmnist_training_test
+//   ctest --test-dir build -R fmnist_training
 #include <doctest/doctest.h>
 
 #include "fmnist/trainer.hpp"
@@ -52,9 +54,9 @@ TEST_CASE("a short sparse run on a slice of Fashion-MNIST learns and keeps its m
   cfg.scope = pactrain::pruning_scope::global;
   const fm::train_result r = fm::train(cfg, train_set, test_set, MPI_COMM_WORLD);
 
-  MESSAGE("ranks " << ranks << ": test accuracy " << r.test_accuracy << ", sparsity "
-                   << r.sparsity << ", " << r.steps << " steps, " << r.mask_updates
-                   << " mask updates, " << r.bytes_per_step << " bytes per step");
+  MESSAGE("ranks " << ranks << ": test accuracy " << r.test_accuracy << ", sparsity " << r.sparsity
+                   << ", " << r.steps << " steps, " << r.mask_updates << " mask updates, "
+                   << r.bytes_per_step << " bytes per step");
   CHECK(r.steps == 2 * (6000 / static_cast<std::size_t>(ranks) / 32));
   CHECK(r.test_accuracy > 0.6);  // chance is 0.1
   CHECK(r.history.size() == 2);

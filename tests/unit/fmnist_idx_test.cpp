@@ -1,5 +1,9 @@
 // The Fashion-MNIST IDX reader (examples/fmnist/idx.hpp): reading small gzipped files, and
 // every kind of bad file throwing pactrain::error.
+//
+//   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build --target pactrain_unit_fmnist_idx_test
+//   build/tests/unit/fmnist_idx_test
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -48,7 +52,8 @@ std::vector<std::uint8_t> images_bytes(std::uint32_t count, std::uint32_t rows, 
   put_be32(b, count);
   put_be32(b, rows);
   put_be32(b, cols);
-  for (std::uint32_t i = 0; i < count * rows * cols; ++i) b.push_back(static_cast<std::uint8_t>(i * 7));
+  for (std::uint32_t i = 0; i < count * rows * cols; ++i)
+    b.push_back(static_cast<std::uint8_t>(i * 7));
   return b;
 }
 
@@ -78,7 +83,8 @@ std::vector<std::uint8_t> read_raw(const std::string& path) {
 
 void write_raw(const std::string& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // A split of `n` 28x28 images with labels i % 10.
@@ -185,8 +191,8 @@ TEST_CASE("truncated and overlong data are rejected") {
   auto header_only = images_bytes(4, 28, 28);
   header_only.resize(10);
   write_gz(d.file("short.gz"), header_only);
-  CHECK(contains(error_of([&] { fm::read_idx_images(d.file("short.gz")); }),
-                 "truncated IDX header"));
+  CHECK(
+      contains(error_of([&] { fm::read_idx_images(d.file("short.gz")); }), "truncated IDX header"));
 
   write_gz(d.file("empty.gz"), {});
   CHECK(contains(error_of([&] { fm::read_idx_images(d.file("empty.gz")); }), "too short"));
