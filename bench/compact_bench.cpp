@@ -14,16 +14,14 @@
 
 #include <benchmark/benchmark.h>
 
-#include <chrono>
+#include "memcpy_reference.hpp"
+
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
 
 std::size_t entries() {
   const char* env = std::getenv("PACTRAIN_BENCH_MIB");
@@ -45,8 +43,6 @@ buffers& bufs() {
   return b;
 }
 
-double memcpy_seconds = 0;  // per iteration, set by the first benchmark
-
 std::uint64_t mix(std::uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -61,34 +57,19 @@ pactrain::bitmap_mask random_mask(std::size_t n, double density, std::uint64_t s
                                                [&](std::size_t i) { return mix(seed ^ i) < keep; });
 }
 
-// Runs `body` for the benchmark's iterations, timing the whole loop, and reports the dense
-// bandwidth and the ratio to memcpy.
+// Runs `body` timed, reporting the dense bandwidth and the ratio to memcpy.
 template <class F>
 void timed(benchmark::State& state, F&& body) {
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    body();
-    benchmark::ClobberMemory();
-  }
-  const double per_iter = std::chrono::duration<double>(clock_type::now() - t0).count() /
-                          static_cast<double>(state.iterations());
+  pactrain_bench::timed(state, body);
   state.SetBytesProcessed(
       static_cast<std::int64_t>(state.iterations() * bufs().dense.size() * sizeof(float)));
-  if (memcpy_seconds > 0) state.counters["x_memcpy"] = memcpy_seconds / per_iter;
 }
 
 void bm_memcpy(benchmark::State& state) {
   auto& b = bufs();
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    std::memcpy(b.out.data(), b.dense.data(), b.dense.size() * sizeof(float));
-    benchmark::ClobberMemory();
-  }
-  memcpy_seconds = std::chrono::duration<double>(clock_type::now() - t0).count() /
-                   static_cast<double>(state.iterations());
+  pactrain_bench::time_memcpy(state, b.out.data(), b.dense.data(), b.dense.size() * sizeof(float));
   state.SetBytesProcessed(
       static_cast<std::int64_t>(state.iterations() * b.dense.size() * sizeof(float)));
-  state.counters["x_memcpy"] = 1.0;
 }
 
 template <class Mask>

@@ -18,8 +18,11 @@ barrier and counts the slowest rank. Prints one row in pactrain-sync-bench's CSV
 """
 
 import argparse
+import datetime
+import faulthandler
 import os
 import re
+import signal
 import statistics
 import sys
 import time
@@ -61,6 +64,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--netdev", default=os.environ.get("PACTRAIN_DDP_NETDEV", ""))
     ap.add_argument("--csv", action="store_true")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds per collective")
     args = ap.parse_args()
     if args.iters < 1 or args.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
@@ -71,6 +75,7 @@ def main():
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a rank waits
     torch.set_num_threads(1)
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -78,7 +83,27 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29571")
     if args.netdev:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", args.netdev)
-    dist.init_process_group("gloo", rank=rank, world_size=size)
+    # A collective that cannot complete raises after this long instead of waiting forever.
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    # PowerSGD's hook chains callbacks that start an allreduce and wait for it on the gloo
+    # worker thread that ran them. With several buckets, two failures follow: the callbacks
+    # can occupy every worker thread (gloo's default is two) and leave none to run their
+    # allreduces, so every rank waits forever; and with more threads, the callbacks of
+    # different buckets issue their allreduces in a different order on each rank, which gloo
+    # matches wrongly ("op.preamble.length <= op.nbytes"). Both were seen here at 100 MB. So
+    # PowerSGD gets the whole gradient as one bucket (its compressed allreduces are small, so
+    # little overlap is lost), on a group with spare threads.
+    one_bucket = args.hook == "powersgd"
+    if one_bucket:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = args.bytes + 2**20  # DDP's documented tuning knob
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = datetime.timedelta(seconds=args.timeout)
+    opts._threads = 4
+    opts._devices = [dist.ProcessGroupGloo.create_device(interface=args.netdev) if args.netdev
+                     else dist.ProcessGroupGloo.create_default_device()]
+    pg = dist.ProcessGroupGloo(dist.PrefixStore("ddp", dist.distributed_c10d._get_default_store()),
+                               rank, size, opts)
 
     n = args.bytes // 4
     block = COLS * COLS
@@ -101,13 +126,14 @@ def main():
         def forward(self):
             return sum((p * c).sum() for p, c in zip(self.ps, self.cs))
 
-    model = DDP(Model())
+    model = DDP(Model(), process_group=pg,
+                bucket_cap_mb=(args.bytes + 2**20) / 2**20 if one_bucket else 25)
     sent = 0
     if args.hook == "fp16":
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        model.register_comm_hook(pg, default_hooks.fp16_compress_hook)
         sent = 2 * n
     elif args.hook == "powersgd":
-        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=RANK,
+        state = psgd.PowerSGDState(process_group=pg, matrix_approximation_rank=RANK,
                                    start_powerSGD_iter=2, use_error_feedback=True,
                                    warm_start=True)
         model.register_comm_hook(state, psgd.powerSGD_hook)

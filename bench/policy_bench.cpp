@@ -16,17 +16,15 @@
 
 #include <benchmark/benchmark.h>
 
-#include <chrono>
+#include "memcpy_reference.hpp"
+
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
 
 constexpr std::size_t cols = 1024;
 
@@ -59,32 +57,17 @@ data& d() {
   return v;
 }
 
-double memcpy_seconds = 0;
-
+// Runs `body` timed, reporting weights per second and the ratio to memcpy.
 template <class F>
 void timed(benchmark::State& state, F&& body) {
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    body();
-    benchmark::ClobberMemory();
-  }
-  const double per_iter = std::chrono::duration<double>(clock_type::now() - t0).count() /
-                          static_cast<double>(state.iterations());
+  pactrain_bench::timed(state, body);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * d().w.size()));
-  if (memcpy_seconds > 0) state.counters["x_memcpy"] = memcpy_seconds / per_iter;
 }
 
 void bm_memcpy(benchmark::State& state) {
   auto& v = d();
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    std::memcpy(v.out.data(), v.w.data(), v.w.size() * sizeof(float));
-    benchmark::ClobberMemory();
-  }
-  memcpy_seconds = std::chrono::duration<double>(clock_type::now() - t0).count() /
-                   static_cast<double>(state.iterations());
+  pactrain_bench::time_memcpy(state, v.out.data(), v.w.data(), v.w.size() * sizeof(float));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * v.w.size()));
-  state.counters["x_memcpy"] = 1.0;
 }
 
 template <class Policy>

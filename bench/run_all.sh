@@ -14,6 +14,7 @@
 #   PACTRAIN_ITERS, PACTRAIN_WARMUP   timed and untimed syncs per run [5, 1]
 #   PACTRAIN_DDP=0       skip the PyTorch DDP runs (otherwise Debian's python3-torch is
 #                        installed if missing)
+#   PACTRAIN_DDP_RATES   link rates of the DDP runs [1gbit]
 #   PACTRAIN_SYNC=0      skip the pactrain-sync-bench runs (append DDP rows to the CSV)
 #   PACTRAIN_REPORT_ONLY=1   only rebuild plots and RESULTS.md from the CSVs present
 #   PACTRAIN_RESULTS_DIR, PACTRAIN_RESULTS_MD   where they go [bench/results, bench/RESULTS.md]
@@ -23,6 +24,7 @@ cd "$root"
 build=${PACTRAIN_BUILD_DIR:-build}
 results=${PACTRAIN_RESULTS_DIR:-bench/results}
 read -r -a rates <<< "${PACTRAIN_RATES:-500mbit 1gbit 2gbit}"
+read -r -a ddp_rates <<< "${PACTRAIN_DDP_RATES:-1gbit}"
 read -r -a ranks_list <<< "${PACTRAIN_RANKS:-2 4}"
 bytes=${PACTRAIN_BYTES:-100M}
 read -r -a densities <<< "${PACTRAIN_DENSITIES:-0.01 0.05 0.1 0.2 0.5}"
@@ -86,9 +88,9 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
       done
     done
     for np in "${ranks_list[@]}"; do
-      if [[ $ddp == 1 ]]; then
+      if [[ $ddp == 1 && " ${ddp_rates[*]} " == *" $rate "* ]]; then
         for hook in allreduce fp16 powersgd; do
-          # A timeout: gloo's start-up has hung once here (rank 1 gone before the rendezvous).
+          # A limit, in case a gloo collective stalls (ddp_bench.py also passes gloo a timeout).
           if ! row=$(PACTRAIN_NETBED_ALLREDUCE=default timeout 150 bench/netbed/launch.sh -n "$np" \
                        /usr/bin/python3 "$root/bench/ddp_bench.py" --bytes "$bytes" \
                        --hook "$hook" --netdev eth0 --iters "$iters" --warmup "$warmup" --csv \
