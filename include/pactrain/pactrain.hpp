@@ -11,6 +11,7 @@
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
+#include <pactrain/planner.hpp>
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>
 #include <pactrain/sync.hpp>

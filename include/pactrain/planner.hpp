@@ -1,0 +1,208 @@
+// The adaptive planner: per bucket, the strategy a cost model predicts to be fastest.
+//
+//   auto model = pactrain::calibrate(comm);                  // collective: timed collectives
+//   auto plan = pactrain::plan_buckets(model, comm.size(), pactrain::bucket_shapes(sync));
+//   sync.set_strategies(plan.strategies);                    // collective, checked across ranks
+//
+// The model is alpha-beta (latency per ring step, time per byte on the link) plus the local
+// work of each path per entry. Calibration times a few collectives and compaction on every
+// rank and takes the maximum over ranks, so every rank holds the same model and makes the
+// same choices; a model can also be given by hand.
+#pragma once
+
+#include <pactrain/communicator.hpp>
+#include <pactrain/compactor.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/mask.hpp>
+#include <pactrain/sync.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pactrain {
+
+/// Seconds the planner predicts with. All fields must be finite and >= 0.
+struct cost_model {
+  double latency = 0;                    // alpha: one ring step of a collective
+  double seconds_per_byte = 0;           // beta: one byte crossing a rank's link
+  double compact_seconds_per_entry = 0;  // gather + scatter, per entry of a sparse bucket
+  double dense_seconds_per_entry = 0;    // masking and scaling, per entry of a dense bucket
+
+  void validate() const {
+    for (double v :
+         {latency, seconds_per_byte, compact_seconds_per_entry, dense_seconds_per_entry}) {
+      PACTRAIN_EXPECTS(std::isfinite(v) && v >= 0,
+                       "cost_model: every cost must be finite and >= 0");
+    }
+  }
+};
+
+/// What the planner needs to know of one bucket.
+struct bucket_shape {
+  std::size_t entries = 0;      // dense entries
+  std::size_t kept = 0;         // entries the masks keep (<= entries)
+  std::size_t value_bytes = 4;  // bytes per entry on the wire
+};
+
+/// Predicted seconds of one bucket under each strategy.
+struct bucket_costs {
+  double dense = 0;
+  double sparse = 0;
+};
+
+/// Ring allreduce of `bytes` on `ranks` ranks: 2(P-1) steps, 2(P-1)/P of the bytes per link.
+inline double predict_allreduce(const cost_model& m, int ranks, std::size_t bytes) {
+  if (ranks <= 1 || bytes == 0) return 0;
+  const double p = ranks;
+  return 2 * (p - 1) * m.latency +
+         2 * (p - 1) / p * static_cast<double>(bytes) * m.seconds_per_byte;
+}
+
+inline bucket_costs predict(const cost_model& m, int ranks, const bucket_shape& b) {
+  const double n = static_cast<double>(b.entries);
+  bucket_costs c;
+  c.dense = predict_allreduce(m, ranks, b.entries * b.value_bytes) + n * m.dense_seconds_per_entry;
+  c.sparse = predict_allreduce(m, ranks, b.kept * b.value_bytes) + n * m.compact_seconds_per_entry;
+  return c;
+}
+
+struct plan_options {
+  /// A bucket goes sparse only when predicted at least this fraction faster than dense, so
+  /// that model error cannot make a step slower than dense where the gain is marginal.
+  double margin = 0.05;
+  /// Buckets of fewer entries stay dense (small tensors: latency-bound either way).
+  std::size_t min_sparse_entries = 4096;
+};
+
+struct bucket_plan {
+  std::vector<bucket_strategy> strategies;  // one per bucket
+  std::vector<bucket_costs> costs;          // the predictions behind them
+  double predicted_seconds = 0;             // of the chosen strategies, all buckets
+  double predicted_dense_seconds = 0;       // if every bucket went dense
+};
+
+/// Chooses each bucket's strategy. Deterministic in its inputs, so ranks holding the same
+/// model and shapes choose the same.
+inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const bucket_shape> b,
+                                plan_options opt = {}) {
+  m.validate();
+  PACTRAIN_EXPECTS(ranks >= 1, "plan_buckets: ranks must be >= 1");
+  PACTRAIN_EXPECTS(std::isfinite(opt.margin) && opt.margin >= 0 && opt.margin < 1,
+                   "plan_buckets: margin must be in [0, 1)");
+  bucket_plan p;
+  p.strategies.reserve(b.size());
+  p.costs.reserve(b.size());
+  for (const auto& s : b) {
+    PACTRAIN_EXPECTS(s.kept <= s.entries, "plan_buckets: a bucket keeps more entries (" +
+                                              std::to_string(s.kept) + ") than it has (" +
+                                              std::to_string(s.entries) + ")");
+    PACTRAIN_EXPECTS(s.value_bytes > 0, "plan_buckets: value_bytes must be positive");
+    const auto c = predict(m, ranks, s);
+    const bool sparse =
+        s.entries >= opt.min_sparse_entries && c.sparse <= (1 - opt.margin) * c.dense;
+    p.strategies.push_back(sparse ? bucket_strategy::sparse : bucket_strategy::dense);
+    p.costs.push_back(c);
+    p.predicted_seconds += sparse ? c.sparse : c.dense;
+    p.predicted_dense_seconds += c.dense;
+  }
+  return p;
+}
+
+/// The shapes of a sync engine's buckets under its current masks.
+template <class Sync>
+std::vector<bucket_shape> bucket_shapes(const Sync& s) {
+  std::vector<bucket_shape> out;
+  const auto& buckets = s.layout().buckets();
+  out.reserve(buckets.size());
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    out.push_back({buckets[i].size, s.payload_size(i), sizeof(typename Sync::value_type)});
+  }
+  return out;
+}
+
+struct calibration_options {
+  std::size_t small_bytes = 4096;          // latency point
+  std::size_t large_bytes = 4u << 20;      // bandwidth point
+  std::size_t compact_entries = 1u << 20;  // compaction timing
+  double compact_density = 0.1;
+  int repetitions = 5;  // median of this many, after one warm-up
+};
+
+namespace detail {
+
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();  // warm-up: first-touch pages, connections
+  std::vector<double> t;
+  t.reserve(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace detail
+
+/// Collective: measures a cost model on `comm` (all ranks must call it). Times float
+/// allreduces of two sizes and solves the alpha-beta pair from them; times `compactor`'s
+/// gather + scatter and a dense scaling pass per entry; every value is the maximum over the
+/// ranks. Takes well under a second on a LAN-class link.
+template <communicator Comm, class Compactor = host_compactor>
+cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& compactor = {}) {
+  PACTRAIN_EXPECTS(opt.small_bytes >= sizeof(float) && opt.large_bytes > opt.small_bytes,
+                   "calibrate: need 4 <= small_bytes < large_bytes");
+  PACTRAIN_EXPECTS(opt.repetitions >= 1 && opt.compact_entries > 0 && opt.compact_density > 0 &&
+                       opt.compact_density <= 1,
+                   "calibrate: need repetitions >= 1, compact_entries > 0 and a density in (0, 1]");
+  std::vector<float> buf(opt.large_bytes / sizeof(float), 1.0f);
+  auto time_allreduce = [&](std::size_t bytes) {
+    auto s = std::span<float>(buf).first(bytes / sizeof(float));
+    return detail::median_seconds(opt.repetitions, [&] { comm.allreduce(s, reduce_op::sum); });
+  };
+  const double t_small = time_allreduce(opt.small_bytes);
+  const double t_large = time_allreduce(opt.large_bytes);
+
+  // Local work: gather + scatter at the given density, and the dense path's scaling pass.
+  const std::size_t n = opt.compact_entries;
+  const auto stride = static_cast<std::size_t>(std::max(1.0, std::round(1 / opt.compact_density)));
+  const auto mask = bitmap_mask::from_predicate(n, [&](std::size_t i) { return i % stride == 0; });
+  const auto plan = compactor.make_plan(mask);
+  std::vector<float> dense(n, 0.5f), out(n), payload(plan.count());
+  const double t_compact = detail::median_seconds(opt.repetitions, [&] {
+    compactor.gather(plan, std::span<const float>(dense), std::span<float>(payload));
+    compactor.scatter(plan, std::span<const float>(payload), std::span<float>(out), 0.25f);
+  });
+  const double t_scale = detail::median_seconds(opt.repetitions, [&] {
+    for (std::size_t i = 0; i < n; ++i) out[i] = dense[i] * 0.25f;
+  });
+
+  double v[4] = {t_small, t_large, t_compact, t_scale};
+  comm.allreduce(std::span<double>(v), reduce_op::max);  // the same model on every rank
+
+  cost_model m;
+  m.compact_seconds_per_entry = v[2] / static_cast<double>(n);
+  m.dense_seconds_per_entry = v[3] / static_cast<double>(n);
+  const int p = comm.size();
+  if (p > 1) {
+    // t = 2(P-1) alpha + 2(P-1)/P S beta at both sizes.
+    const double steps = 2.0 * (p - 1);
+    const double share = steps / p;
+    const double s1 = static_cast<double>(opt.small_bytes);
+    const double s2 = static_cast<double>(opt.large_bytes);
+    m.seconds_per_byte = std::max(0.0, (v[1] - v[0]) / (share * (s2 - s1)));
+    m.latency = std::max(0.0, (v[0] - share * s1 * m.seconds_per_byte) / steps);
+  }
+  return m;
+}
+
+}  // namespace pactrain

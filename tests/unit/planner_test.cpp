@@ -1,0 +1,134 @@
+// The adaptive planner: predictions, choices on synthetic cost models, calibration on one
+// rank, and bad input.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <pactrain/pactrain.hpp>
+#include <pactrain/planner.hpp>
+
+#include "../common/test_data.hpp"
+
+#include <limits>
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+// 1 Gbit/s-class link, compaction of about 1 ns per entry.
+cost_model slow_link() {
+  cost_model m;
+  m.latency = 50e-6;
+  m.seconds_per_byte = 8e-9;
+  m.compact_seconds_per_entry = 1e-9;
+  m.dense_seconds_per_entry = 0.25e-9;
+  return m;
+}
+
+// Memory-speed link: moving a byte costs about as much as compacting it.
+cost_model fast_link() {
+  cost_model m = slow_link();
+  m.latency = 2e-6;
+  m.seconds_per_byte = 0.05e-9;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("predictions follow the alpha-beta formulas") {
+  cost_model m;
+  m.latency = 1;
+  m.seconds_per_byte = 0.5;
+  m.compact_seconds_per_entry = 0.25;
+  m.dense_seconds_per_entry = 0.125;
+  // 2(P-1) alpha + 2(P-1)/P S beta = 6 + 1.5 * 8 * 0.5
+  CHECK(predict_allreduce(m, 4, 8) == 12.0);
+  CHECK(predict_allreduce(m, 1, 8) == 0.0);  // one rank: nothing crosses a link
+  CHECK(predict_allreduce(m, 4, 0) == 0.0);  // no collective at all
+  const auto c = predict(m, 2, {16, 4, 4});
+  CHECK(c.dense == 2 + 1.0 * 64 * 0.5 + 16 * 0.125);
+  CHECK(c.sparse == 2 + 1.0 * 16 * 0.5 + 16 * 0.25);
+}
+
+TEST_CASE("a slow link makes large pruned buckets sparse, small and dense ones stay dense") {
+  const std::vector<bucket_shape> b = {
+      {25'000'000, 2'500'000, 4},   // 90% sparsity: sparse
+      {25'000'000, 25'000'000, 4},  // nothing pruned: dense
+      {1000, 10, 4},                // below min_sparse_entries: dense
+      {1 << 20, 0, 4},              // everything pruned: sparse (no collective at all)
+      {0, 0, 4},                    // empty bucket: dense (nothing to gain)
+  };
+  const auto p = plan_buckets(slow_link(), 4, b);
+  REQUIRE(p.strategies.size() == b.size());
+  CHECK(p.strategies[0] == bucket_strategy::sparse);
+  CHECK(p.strategies[1] == bucket_strategy::dense);
+  CHECK(p.strategies[2] == bucket_strategy::dense);
+  CHECK(p.strategies[3] == bucket_strategy::sparse);
+  CHECK(p.strategies[4] == bucket_strategy::dense);
+  CHECK(p.predicted_seconds < p.predicted_dense_seconds);
+  CHECK(p.costs[0].sparse < 0.2 * p.costs[0].dense);
+}
+
+TEST_CASE("a fast link or one rank keeps everything dense") {
+  const std::vector<bucket_shape> b = {{25'000'000, 2'500'000, 4}, {1 << 20, 1 << 18, 4}};
+  for (const auto& p : {plan_buckets(fast_link(), 4, b), plan_buckets(slow_link(), 1, b)}) {
+    CHECK(p.strategies == std::vector<bucket_strategy>(2, bucket_strategy::dense));
+    CHECK(p.predicted_seconds == p.predicted_dense_seconds);
+  }
+}
+
+TEST_CASE("the margin keeps marginal gains dense") {
+  // Sparse saves about 3% here: below the default 5% margin, above a 1% one.
+  cost_model m;
+  m.seconds_per_byte = 1e-9;
+  m.compact_seconds_per_entry = 0.97 * 4e-9 * 1.5 - 0.5 * 4e-9 * 1.5;
+  const std::vector<bucket_shape> b = {{1 << 20, 1 << 19, 4}};
+  const auto c = predict(m, 4, b[0]);
+  CHECK(c.sparse / c.dense == doctest::Approx(0.97));
+  CHECK(plan_buckets(m, 4, b).strategies[0] == bucket_strategy::dense);
+  CHECK(plan_buckets(m, 4, b, {.margin = 0.01}).strategies[0] == bucket_strategy::sparse);
+}
+
+TEST_CASE("bad models and shapes are refused") {
+  const std::vector<bucket_shape> ok = {{100, 10, 4}};
+  auto m = slow_link();
+  m.latency = -1;
+  CHECK_THROWS_AS(plan_buckets(m, 4, ok), pactrain::error);
+  m = slow_link();
+  m.seconds_per_byte = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(plan_buckets(m, 4, ok), pactrain::error);
+  const std::vector<bucket_shape> too_many = {{100, 101, 4}};
+  CHECK_THROWS_WITH_AS(plan_buckets(slow_link(), 4, too_many),
+                       doctest::Contains("keeps more entries"), pactrain::error);
+  const std::vector<bucket_shape> no_bytes = {{100, 10, 0}};
+  CHECK_THROWS_AS(plan_buckets(slow_link(), 4, no_bytes), pactrain::error);
+  CHECK_THROWS_AS(plan_buckets(slow_link(), 0, ok), pactrain::error);
+  CHECK_THROWS_AS(plan_buckets(slow_link(), 4, ok, {.margin = 1.0}), pactrain::error);
+  CHECK(plan_buckets(slow_link(), 4, std::vector<bucket_shape>{}).strategies.empty());
+}
+
+TEST_CASE("calibration on one rank, and a plan applied to a sync engine") {
+  loopback_communicator comm;
+  const auto m =
+      calibrate(comm, {.large_bytes = 1 << 16, .compact_entries = 1 << 14, .repetitions = 2});
+  CHECK(m.latency == 0.0);  // one rank: no link to measure
+  CHECK(m.seconds_per_byte == 0.0);
+  CHECK(m.compact_seconds_per_entry > 0.0);
+  CHECK_NOTHROW(m.validate());
+  CHECK_THROWS_AS(calibrate(comm, {.small_bytes = 64, .large_bytes = 64}), pactrain::error);
+  CHECK_THROWS_AS(calibrate(comm, {.compact_density = 0}), pactrain::error);
+
+  param_layout l(5000);
+  l.add("big", 100, 100).add("small", 50).add("empty", 0);
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{comm, l};
+  s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
+  const auto shapes = bucket_shapes(s);
+  REQUIRE(shapes.size() == l.buckets().size());
+  CHECK(shapes[0].entries == 10000);
+  CHECK(shapes[0].kept == s.payload_size(0));
+  CHECK(shapes[0].value_bytes == sizeof(float));
+  const auto p = plan_buckets(slow_link(), 4, shapes);
+  s.set_strategies(p.strategies);
+  CHECK(s.strategies() == p.strategies);
+  CHECK(s.strategies()[0] == bucket_strategy::sparse);
+}
