@@ -30,6 +30,10 @@
 #include <type_traits>
 #include <utility>
 
+#if PACTRAIN_HAS_X86_KERNELS
+#define PACTRAIN_CODEC_AVX2 __attribute__((target("avx2")))
+#endif
+
 namespace pactrain {
 
 /// What the engine tells a codec about the bucket being encoded or decoded.
@@ -196,7 +200,7 @@ struct ternary_options {
 
 namespace detail {
 
-inline constexpr std::uint32_t lowbias32(std::uint32_t x) noexcept {
+PACTRAIN_ALWAYS_INLINE constexpr std::uint32_t lowbias32(std::uint32_t x) noexcept {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -297,15 +301,15 @@ class ternary_codec {
     // A zero, negative, NaN or infinite scale sends t = 0 everywhere (and never divides).
     const float inv = c.scale > 0 && std::isfinite(c.scale) ? 1.0f / c.scale : 0.0f;
     const auto [k0, k1] = keys(c);
-    const float* g = in.data();
-    std::uint32_t* w = wire.data();
-    for (std::size_t j = 0; j * sh.words < in.size(); ++j) {
-      const std::size_t base = j * sh.words;
-      const std::size_t count = std::min(sh.words, in.size() - base);
-      const unsigned shift = static_cast<unsigned>(j) * sh.bits;
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::size_t k = base + i;
-        w[i] |= lane(g[k], inv, random(k, k0, k1)) << shift;
+    // Words in blocks that stay in cache while each lane plane is ORed into them.
+    constexpr std::size_t block = 4096;
+    for (std::size_t w0 = 0; w0 < sh.words; w0 += block) {
+      const std::size_t w1 = std::min(sh.words, w0 + block);
+      for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
+        const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
+        const std::size_t count = std::min(w1 - w0, in.size() - first);
+        encode_plane(in.data() + first, wire.data() + w0, count, first,
+                     static_cast<unsigned>(j) * sh.bits, inv, k0, k1);
       }
     }
   }
@@ -318,12 +322,6 @@ class ternary_codec {
   void decode_local(std::span<const std::uint32_t> wire, std::span<float> out,
                     const codec_context& c) const {
     unpack(wire, out, c, 1, c.scale);
-  }
-
-  /// The random number of payload entry k: 24 uniform bits, as the encoder draws it.
-  [[nodiscard]] std::uint32_t random_bits(std::size_t k, const codec_context& c) const noexcept {
-    const auto [k0, k1] = keys(c);
-    return random(k, k0, k1);
   }
 
   /// Identifies the settings, for the engine's check that all ranks agree.
@@ -356,18 +354,57 @@ class ternary_codec {
     return {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32)};
   }
 
-  // 24 uniform bits from the entry index and the step's keys.
-  static std::uint32_t random(std::size_t k, std::uint32_t k0, std::uint32_t k1) noexcept {
-    const auto lo = static_cast<std::uint32_t>(k);
-    const auto hi = static_cast<std::uint32_t>(static_cast<std::uint64_t>(k) >> 32);
-    return detail::lowbias32(detail::lowbias32(lo ^ k0) + (hi ^ k1)) >> 8;
+  // 24 uniform bits of entry k = hi * 2^32 + lo, from the step's keys (hi_key = hi ^ k1).
+  PACTRAIN_ALWAYS_INLINE static std::uint32_t random(std::uint32_t lo, std::uint32_t hi_key,
+                                                     std::uint32_t k0) noexcept {
+    return detail::lowbias32(detail::lowbias32(lo ^ k0) + hi_key) >> 8;
   }
 
   // u = t + 1 for one value: 1 + sign(g) with probability min(|g| / s, 1), else 1.
-  static std::uint32_t lane(float g, float inv, std::uint32_t r) noexcept {
+  PACTRAIN_ALWAYS_INLINE static std::uint32_t lane(float g, float inv, std::uint32_t r) noexcept {
     const float p = std::fabs(g) * inv;  // NaN g: p is NaN, the compare is false, t = 0
-    const bool hit = static_cast<float>(r) * 0x1p-24f < p;
-    return hit ? (g < 0 ? 0u : 2u) : 1u;
+    // r < 2^24: exact as a float, and a signed conversion vectorises.
+    const std::uint32_t hit = static_cast<float>(static_cast<std::int32_t>(r)) * 0x1p-24f < p;
+    const std::uint32_t neg = g < 0.0f;
+    return 1u + hit - ((hit & neg) << 1);  // without branches, so that the loop vectorises
+  }
+
+  // ORs the lanes of `count` values, payload indices first.., at `shift` into w. The inner
+  // loop keeps 32-bit counters (split where the index crosses a multiple of 2^32) so that it
+  // vectorises.
+  static void encode_plane(const float* g, std::uint32_t* w, std::size_t count, std::size_t first,
+                           unsigned shift, float inv, std::uint32_t k0, std::uint32_t k1) noexcept {
+#if PACTRAIN_HAS_X86_KERNELS
+    if (detail::cpu().avx2) return encode_plane_avx2(g, w, count, first, shift, inv, k0, k1);
+#endif
+    encode_plane_body(g, w, count, first, shift, inv, k0, k1);
+  }
+#if PACTRAIN_HAS_X86_KERNELS
+  // The same loop with 8 lanes and native 32-bit multiplies: about twice as fast.
+  PACTRAIN_CODEC_AVX2 static void encode_plane_avx2(const float* g, std::uint32_t* w,
+                                                    std::size_t count, std::size_t first,
+                                                    unsigned shift, float inv, std::uint32_t k0,
+                                                    std::uint32_t k1) noexcept {
+    encode_plane_body(g, w, count, first, shift, inv, k0, k1);
+  }
+#endif
+  PACTRAIN_ALWAYS_INLINE static void encode_plane_body(const float* g, std::uint32_t* w,
+                                                       std::size_t count, std::size_t first,
+                                                       unsigned shift, float inv, std::uint32_t k0,
+                                                       std::uint32_t k1) noexcept {
+    while (count != 0) {
+      const auto lo0 = static_cast<std::uint32_t>(first);
+      const auto hi_key = static_cast<std::uint32_t>(static_cast<std::uint64_t>(first) >> 32) ^ k1;
+      const std::size_t m = std::min<std::size_t>(count, (std::uint64_t{1} << 32) - lo0);
+      for (std::size_t i = 0; i < m; ++i) {
+        const auto lo = lo0 + static_cast<std::uint32_t>(i);
+        w[i] |= lane(g[i], inv, random(lo, hi_key, k0)) << shift;
+      }
+      g += m;
+      w += m;
+      first += m;
+      count -= m;
+    }
   }
 
   void unpack(std::span<const std::uint32_t> wire, std::span<float> out, const codec_context& c,
@@ -424,3 +461,5 @@ static_assert(bucket_codec<identity_codec<float>> && bucket_codec<identity_codec
 static_assert(bucket_codec<fp16_codec> && bucket_codec<bf16_codec> && bucket_codec<ternary_codec>);
 
 }  // namespace pactrain
+
+#undef PACTRAIN_CODEC_AVX2

@@ -206,3 +206,5 @@ void combine(const T* in, T* inout, std::size_t n, Op op) noexcept {
 
 }  // namespace detail
 }  // namespace pactrain
+
+#undef PACTRAIN_TARGET_F16C
