@@ -2,6 +2,7 @@
 #pragma once
 
 #include <pactrain/error.hpp>
+#include <pactrain/half.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -13,11 +14,13 @@ namespace pactrain {
 /// Elementwise reductions of allreduce.
 enum class reduce_op { sum, max, min };
 
-/// Element types the communicators transfer.
+/// Element types the communicators transfer. Sums, maxima and minima of half and bfloat16
+/// are formed in float and rounded back once per pairwise combine (see mpi_communicator).
 template <class T>
-concept wire_value = std::same_as<T, float> || std::same_as<T, double> ||
-    std::same_as<T, std::int32_t> || std::same_as<T, std::uint32_t> ||
-    std::same_as<T, std::int64_t> || std::same_as<T, std::uint64_t> || std::same_as<T, std::byte>;
+concept wire_value =
+    std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t> ||
+    std::same_as<T, std::uint32_t> || std::same_as<T, std::int64_t> ||
+    std::same_as<T, std::uint64_t> || std::same_as<T, std::byte> || half_value<T>;
 
 /// A group of ranks that can run collectives. Every member must call the same collectives
 /// with the same sizes in the same order. In-place allreduce: on return `data` holds the

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@ MPI_Datatype mpi_type() noexcept {
   if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
   if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
   if constexpr (std::is_same_v<T, std::byte>) return MPI_BYTE;
+  if constexpr (half_value<T>) return MPI_UINT16_T;  // reduced by pactrain's own MPI_Ops
 }
 
 inline MPI_Op mpi_op(reduce_op op) noexcept {
@@ -50,6 +52,17 @@ inline void mpi_check(int rc, const char* call) {
                             std::string(text, static_cast<std::size_t>(std::max(len, 0))));
 }
 
+// The user-defined reduction of 16-bit floats: convert to float, combine, round once.
+template <half_value T, reduce_op Op>
+void mpi_half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const std::size_t n = *len > 0 ? static_cast<std::size_t>(*len) : 0;
+  combine(static_cast<const T*>(in), static_cast<T*>(inout), n, [](float a, float b) {
+    if constexpr (Op == reduce_op::sum) return a + b;
+    if constexpr (Op == reduce_op::max) return a > b ? a : b;
+    if constexpr (Op == reduce_op::min) return a < b ? a : b;
+  });
+}
+
 // MPI counts are int: larger buffers go in chunks of this many elements.
 inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
 
@@ -62,6 +75,13 @@ inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
 /// modified and may be freed at any time after construction. The destructor frees the
 /// duplicate with MPI_Comm_free, a collective call: destroy the communicator (and any sync
 /// engine holding it) on all ranks, before MPI_Finalize (it is skipped after it).
+///
+/// half and bfloat16 are reduced by commutative user-defined MPI_Ops, created with the
+/// communicator and freed with it: each pairwise combine converts both operands to float,
+/// combines them and rounds the result once to nearest even. That is the correctly rounded
+/// 16-bit sum of the two operands, but a reduction over P ranks rounds P - 1 times, in an order
+/// MPI chooses; results are exact (and order-independent) when all partial sums are
+/// representable.
 class mpi_communicator {
  public:
   /// A pending nonblocking collective. wait() completes it; destroying a request that was
@@ -111,16 +131,27 @@ class mpi_communicator {
     detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    try {
+      create_ops<half>(0);
+      create_ops<bfloat16>(3);
+    } catch (...) {
+      release();
+      throw;
+    }
   }
 
   mpi_communicator(mpi_communicator&& o) noexcept
-      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
+      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
+        rank_(o.rank_),
+        size_(o.size_),
+        ops_(std::exchange(o.ops_, null_ops())) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
       comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
       rank_ = o.rank_;
       size_ = o.size_;
+      ops_ = std::exchange(o.ops_, null_ops());
     }
     return *this;
   }
@@ -139,7 +170,7 @@ class mpi_communicator {
     for (std::size_t at = 0; at < data.size(); at += detail::mpi_chunk) {
       const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
       detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, data.data() + at, n, detail::mpi_type<T>(),
-                                      detail::mpi_op(op), comm_),
+                                      op_for<T>(op), comm_),
                         "MPI_Allreduce");
     }
   }
@@ -152,7 +183,7 @@ class mpi_communicator {
       const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
       MPI_Request r = MPI_REQUEST_NULL;
       detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, n, detail::mpi_type<T>(),
-                                       detail::mpi_op(op), comm_, &r),
+                                       op_for<T>(op), comm_, &r),
                         "MPI_Iallreduce");
       req.reqs_.push_back(r);
     }
@@ -179,16 +210,49 @@ class mpi_communicator {
                      std::string("mpi_communicator::") + op + ": null buffer");
   }
   void release() noexcept {
-    if (comm_ == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
+    for (auto& op : ops_) {
+      if (op != MPI_OP_NULL && !finalized) MPI_Op_free(&op);
+      op = MPI_OP_NULL;
+    }
+    if (comm_ == MPI_COMM_NULL) return;
     if (!finalized) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
+  }
+
+  static std::array<MPI_Op, 6> null_ops() noexcept {
+    std::array<MPI_Op, 6> a;
+    a.fill(MPI_OP_NULL);
+    return a;
+  }
+
+  // ops_[first + k] reduces T with reduce_op k (sum, max, min).
+  template <half_value T>
+  void create_ops(std::size_t first) {
+    detail::mpi_check(MPI_Op_create(&detail::mpi_half_reduce<T, reduce_op::sum>, 1, &ops_[first]),
+                      "MPI_Op_create");
+    detail::mpi_check(
+        MPI_Op_create(&detail::mpi_half_reduce<T, reduce_op::max>, 1, &ops_[first + 1]),
+        "MPI_Op_create");
+    detail::mpi_check(
+        MPI_Op_create(&detail::mpi_half_reduce<T, reduce_op::min>, 1, &ops_[first + 2]),
+        "MPI_Op_create");
+  }
+
+  template <class T>
+  MPI_Op op_for(reduce_op op) const noexcept {
+    if constexpr (half_value<T>) {
+      return ops_[(std::is_same_v<T, half> ? 0 : 3) + static_cast<std::size_t>(op)];
+    } else {
+      return detail::mpi_op(op);
+    }
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  std::array<MPI_Op, 6> ops_ = null_ops();
 };
 
 static_assert(communicator<mpi_communicator>);

@@ -1,6 +1,6 @@
 // The host core of pactrain in one include: masks, serialization, layouts, the host
-// compactor, communicators (loopback), codecs, the sync engine and pruning. MPI lives in
-// <pactrain/mpi.hpp>.
+// compactor, communicators (loopback), 16-bit value types, codecs, the sync engine and
+// pruning. MPI lives in <pactrain/mpi.hpp>.
 #pragma once
 
 #include <pactrain/codec.hpp>
@@ -9,6 +9,7 @@
 #include <pactrain/detail/config.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/half.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
 #include <pactrain/planner.hpp>

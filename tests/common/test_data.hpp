@@ -77,6 +77,14 @@ std::vector<T> masked(const param_layout& l, const std::vector<Mask>& masks, std
   return g;
 }
 
+/// A small model in three buckets of at most 300 entries, with an empty tensor.
+inline param_layout small_layout() {
+  param_layout l(300);
+  l.add("fc1.weight", 20, 13).add("fc1.bias", 20).add("empty", 0).add("fc2.weight", 7, 71);
+  l.add("fc2.bias", 7);
+  return l;
+}
+
 inline constexpr double densities[] = {0.0, 0.01, 0.5, 0.99, 1.0};
 inline constexpr std::size_t sizes[] = {0, 1, 7, 63, 64, 65, 127, 200, 1000, 4099};
 

@@ -6,6 +6,7 @@
 #include <pactrain/pactrain.hpp>
 #include <pactrain/pruning.hpp>
 
+#include "common/mpi_helpers.hpp"
 #include "common/test_data.hpp"
 
 #include <mpi.h>
@@ -18,16 +19,9 @@ using namespace pactrain;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::error_of;
+using test::world_rank;
+using test::world_size;
 
 param_layout model() {
   param_layout l(2000);
@@ -46,16 +40,6 @@ bool same_everywhere(const std::vector<bitmap_mask>& masks) {
   MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   return mn == mx;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool same_text_everywhere(const std::string& s) {

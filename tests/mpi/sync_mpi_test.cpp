@@ -8,6 +8,7 @@
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
 
+#include "../common/mpi_helpers.hpp"
 #include "../common/test_data.hpp"
 
 #include <mpi.h>
@@ -19,16 +20,9 @@ using namespace pactrain;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::error_of;
+using test::world_rank;
+using test::world_size;
 
 param_layout test_layout(std::size_t capacity = 2000) {
   param_layout l(capacity);
@@ -53,17 +47,6 @@ std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
   return bad + (a.size() != b.size());
-}
-
-// Runs f, expecting a pactrain::error; returns its message ("" if none was thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // The same string on every rank?

@@ -10,19 +10,8 @@
 
 using namespace pactrain;
 
-namespace {
-
-param_layout test_layout() {
-  param_layout l(300);
-  l.add("fc1.weight", 20, 13).add("fc1.bias", 20).add("empty", 0).add("fc2.weight", 7, 71);
-  l.add("fc2.bias", 7);
-  return l;
-}
-
-}  // namespace
-
 TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_mask, index_mask) {
-  const auto l = test_layout();
+  const auto l = test::small_layout();
   using sync_t = pactrain::sync<Mask, host_compactor, loopback_communicator>;
   sync_t s{loopback_communicator{}, l};
   CHECK(s.layout().buckets().size() == 3);
@@ -76,7 +65,7 @@ TEST_CASE("double gradients through a block mask, tensors in separate buffers") 
 }
 
 TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
-  const auto l = test_layout();
+  const auto l = test::small_layout();
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.0, 1));
   auto g = test::values<float>(l.total_size(), 1);
@@ -96,7 +85,7 @@ TEST_CASE("an empty layout is fine") {
 }
 
 TEST_CASE("bad input is rejected and changes nothing") {
-  const auto l = test_layout();
+  const auto l = test::small_layout();
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 5);
   s.set_masks(masks);

@@ -27,6 +27,7 @@ struct agreement_input {
   const param_layout* layout = nullptr;
   std::span<const std::uint64_t> mask_digests;  // one per tensor; unused when local_error is set
   std::uint64_t config_digest = 0;              // e.g. the bucket strategies
+  std::uint64_t codec_digest = 0;               // the codec's settings
   std::string local_error;                      // non-empty: this rank rejected its input
   const char* operation = "";                   // for messages, e.g. "set_masks"
 };
@@ -67,16 +68,19 @@ void agree(Comm& comm, const agreement_input& in) {
   const std::uint64_t ld = layout.digest();
   const std::uint64_t md = failed ? 0 : digest_builder(0x616c6c6d).add(in.mask_digests).value();
   const std::uint64_t cd = in.config_digest;
+  const std::uint64_t kd = in.codec_digest;
   // max over ranks of x and of ~x gives max and ~min: all equal iff max == min.
-  std::array<std::uint64_t, 9> v = {failed ? static_cast<std::uint64_t>(comm.rank()) + 1 : 0,
-                                    tensors,
-                                    ~tensors,
-                                    ld,
-                                    ~ld,
-                                    md,
-                                    ~md,
-                                    cd,
-                                    ~cd};
+  std::array<std::uint64_t, 11> v = {failed ? static_cast<std::uint64_t>(comm.rank()) + 1 : 0,
+                                     tensors,
+                                     ~tensors,
+                                     ld,
+                                     ~ld,
+                                     md,
+                                     ~md,
+                                     cd,
+                                     ~cd,
+                                     kd,
+                                     ~kd};
   comm.allreduce(std::span<std::uint64_t>(v), reduce_op::max);
   const std::string op = in.operation;
   if (v[0] != 0) {
@@ -111,6 +115,7 @@ void agree(Comm& comm, const agreement_input& in) {
     PACTRAIN_FAIL(op + ": layouts differ across ranks: bucket capacities differ");
   }
   if (!same(7)) PACTRAIN_FAIL(op + ": bucket strategies differ across ranks");
+  if (!same(9)) PACTRAIN_FAIL(op + ": codec settings differ across ranks");
 }
 
 }  // namespace pactrain::detail

@@ -16,6 +16,14 @@
 #define PACTRAIN_HAS_X86_KERNELS 0
 #endif
 
+// Forces inlining, so that a plain loop body can be compiled again inside a function with a
+// wider target attribute (and vectorised for it).
+#if defined(__GNUC__) || defined(__clang__)
+#define PACTRAIN_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define PACTRAIN_ALWAYS_INLINE inline
+#endif
+
 namespace pactrain {
 
 /// The library version as "major.minor.patch".

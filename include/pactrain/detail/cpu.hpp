@@ -8,6 +8,7 @@ namespace pactrain::detail {
 struct cpu_features {
   bool avx2 = false;
   bool avx512 = false;  // AVX-512 F: 512-bit compress and expand of float and double
+  bool f16c = false;    // AVX + F16C: 8 float <-> binary16 conversions per instruction
 };
 
 inline cpu_features detect_cpu() noexcept {
@@ -17,6 +18,7 @@ inline cpu_features detect_cpu() noexcept {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f");
+  f.f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
 #endif
   return f;
 }

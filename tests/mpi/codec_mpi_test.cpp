@@ -1,0 +1,298 @@
+// Codecs over MPI: 16-bit reductions of mpi_communicator, and every codec path of the sync
+// engine against a reference computed from the same quantised values. fp16 and bf16 use
+// values whose every partial sum is representable, so results are exact whatever MPI's
+// order; for ternary every rank recomputes every rank's encoding (the random numbers are a
+// function of seed, rank, step, bucket and index) and sums the lanes itself.
+//
+// Every rank runs every test case; CHECK (not REQUIRE) before collectives.
+#include <doctest/doctest.h>
+
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+
+#include "../common/mpi_helpers.hpp"
+#include "../common/test_data.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+using test::error_of;
+using test::world_rank;
+using test::world_size;
+
+param_layout test_layout(std::size_t capacity) {
+  param_layout l(capacity);
+  l.add("conv.weight", 16, 75).add("conv.bias", 16).add("fc1.weight", 120, 33);
+  l.add("unused", 0).add("fc1.bias", 120).add("fc2.weight", 10, 121).add("fc2.bias", 10);
+  return l;
+}
+
+// m / 8 with |m| <= limit: with limit 255 (half) or 15 (bf16) every partial sum over up to 4
+// ranks is representable, so 16-bit reductions are exact in any order.
+std::vector<float> small_values(std::size_t n, std::uint64_t seed, std::uint64_t rank, int limit) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto m = static_cast<int>(test::hash3(seed, rank, i) % (2 * limit + 1)) - limit;
+    v[i] = static_cast<float>(m) / 8.0f;
+  }
+  return v;
+}
+
+std::size_t bad_entries(const std::vector<float>& a, const std::vector<float>& b) {
+  std::size_t bad = a.size() != b.size();
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    bad += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
+  }
+  return bad;
+}
+
+// The codec input of bucket b on one rank: the kept entries in payload order (sparse), or
+// the whole bucket with pruned entries zeroed (dense).
+std::vector<float> bucket_input(const param_layout& l, const std::vector<bitmap_mask>& masks,
+                                const std::vector<float>& g, std::size_t b, bucket_strategy st) {
+  const auto& bk = l.buckets()[b];
+  std::vector<float> in;
+  for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+    const auto& t = l.tensor(i);
+    for (std::size_t j = 0; j < t.size; ++j) {
+      if (masks[i].test(j)) {
+        in.push_back(g[t.offset + j]);
+      } else if (st == bucket_strategy::dense) {
+        in.push_back(0.0f);
+      }
+    }
+  }
+  return in;
+}
+
+// Writes a bucket's decoded codec output back to the flat buffer (+0 at pruned entries).
+void scatter_bucket(const param_layout& l, const std::vector<bitmap_mask>& masks,
+                    const std::vector<float>& out, std::size_t b, bucket_strategy st,
+                    std::vector<float>& g) {
+  const auto& bk = l.buckets()[b];
+  std::size_t k = 0;
+  for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+    const auto& t = l.tensor(i);
+    for (std::size_t j = 0; j < t.size; ++j) {
+      const bool kept = masks[i].test(j);
+      g[t.offset + j] = kept ? out[k] : 0.0f;
+      k += kept || st == bucket_strategy::dense;
+    }
+  }
+}
+
+// The ternary reference: every rank's steps emulated on this rank, residuals included.
+struct ternary_reference {
+  const param_layout& l;
+  const ternary_codec& codec;
+  bool feedback;
+  int p = world_size();
+  std::vector<std::vector<std::vector<float>>> residual;  // [rank][bucket]
+  std::vector<float> previous_scale;
+
+  std::vector<float> step(const std::vector<bitmap_mask>& masks, bucket_strategy st,
+                          std::uint64_t step, std::uint64_t seed, bool first) {
+    const std::size_t nb = l.buckets().size();
+    if (first) {
+      residual.assign(p, std::vector<std::vector<float>>(nb));
+      previous_scale.assign(nb, 0.0f);
+    }
+    std::vector<float> result(l.total_size(), 0.0f);
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::vector<std::vector<float>> in(p);
+      float mx = 0;
+      for (int r = 0; r < p; ++r) {
+        in[r] = bucket_input(l, masks, test::values<float>(l.total_size(), seed, r), b, st);
+        mx = std::max(mx, ternary_codec::local_scale(in[r]));
+        if (residual[r][b].empty()) residual[r][b].assign(in[r].size(), 0.0f);
+      }
+      const bool reuse = codec.scale_from_previous_step() && !first;
+      const float s = reuse ? previous_scale[b] : mx;
+      previous_scale[b] = mx;
+      if (in[0].empty()) {
+        scatter_bucket(l, masks, {}, b, st, result);
+        continue;
+      }
+      std::vector<std::uint32_t> sum(codec.wire_size(in[0].size(), p), 0);
+      for (int r = 0; r < p; ++r) {
+        const codec_context ctx{.rank = r, .size = p, .step = step, .stream = b, .scale = s};
+        if (feedback) {
+          for (std::size_t k = 0; k < in[r].size(); ++k) in[r][k] += residual[r][b][k];
+        }
+        std::vector<std::uint32_t> w(sum.size());
+        codec.encode(in[r], std::span<std::uint32_t>(w), ctx);
+        if (feedback) {
+          std::vector<float> local(in[r].size());
+          codec.decode_local(w, std::span<float>(local), ctx);
+          for (std::size_t k = 0; k < local.size(); ++k) residual[r][b][k] = in[r][k] - local[k];
+        }
+        for (std::size_t i = 0; i < w.size(); ++i) sum[i] += w[i];
+      }
+      std::vector<float> out(in[0].size());
+      codec.decode(sum, std::span<float>(out),
+                   {.rank = world_rank(), .size = p, .step = step, .stream = b, .scale = s});
+      scatter_bucket(l, masks, out, b, st, result);
+    }
+    return result;
+  }
+};
+
+template <class K>
+void check_cast_codec(int limit) {
+  for (std::size_t capacity : {std::size_t{2000}, std::size_t{1}}) {
+    const auto l = test_layout(capacity);
+    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, K> s{
+        mpi_communicator{MPI_COMM_WORLD}, l};
+    for (double d : test::densities) {
+      CAPTURE(d);
+      const auto masks = test::masks_for<bitmap_mask>(l, d, 100);
+      s.set_masks(masks);
+      std::size_t kept = 0;
+      for (const auto& m : masks) kept += m.count();
+      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+        s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+        auto g = small_values(l.total_size(), 40, world_rank(), limit);
+        // Reference: the dense float sum of the masked (already representable) values.
+        auto want = test::masked(l, masks, g);
+        MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(want.size()), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+        for (auto& v : want) v *= 1.0f / static_cast<float>(world_size());
+        s.allreduce(std::span<float>(g));
+        CHECK(bad_entries(g, want) == 0);
+        const std::size_t entries = strategy == bucket_strategy::sparse ? kept : l.total_size();
+        CHECK(s.stats().bytes_sent == entries * 2);  // 16 bits per value on the wire
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("mpi_communicator reduces 16-bit floats", T, half, bfloat16) {
+  mpi_communicator c{MPI_COMM_WORLD};
+  const int p = c.size();
+  std::vector<T> v;
+  for (int i = 0; i < 3000; ++i) v.push_back(T(static_cast<float>((i + c.rank()) % 16) / 4.0f));
+  auto sum = v;
+  auto mx = v;
+  auto mn = v;
+  c.allreduce(std::span<T>(sum), reduce_op::sum);
+  auto req = c.allreduce_async(std::span<T>(mx), reduce_op::max);
+  req.wait();
+  c.allreduce(std::span<T>(mn), reduce_op::min);
+  std::size_t bad = 0;
+  for (int i = 0; i < 3000; ++i) {
+    float s = 0;
+    float hi = 0;
+    float lo = 100;
+    for (int r = 0; r < p; ++r) {
+      const float x = static_cast<float>((i + r) % 16) / 4.0f;
+      s += x;
+      hi = std::max(hi, x);
+      lo = std::min(lo, x);
+    }
+    bad += static_cast<float>(sum[i]) != s || static_cast<float>(mx[i]) != hi ||
+           static_cast<float>(mn[i]) != lo;
+  }
+  CHECK(bad == 0);
+  // Moving keeps the reductions working; the moved-from communicator owns nothing.
+  mpi_communicator moved = std::move(c);
+  std::vector<T> one{T(1.0f)};
+  moved.allreduce(std::span<T>(one), reduce_op::sum);
+  CHECK(static_cast<float>(one[0]) == static_cast<float>(p));
+}
+
+TEST_CASE("fp16 sync equals the float sum of the same values, bit for bit") {
+  check_cast_codec<fp16_codec>(255);
+}
+
+TEST_CASE("bf16 sync equals the float sum of the same values, bit for bit") {
+  check_cast_codec<bf16_codec>(15);
+}
+
+TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for bit") {
+  const auto l = test_layout(2000);
+  for (bool feedback : {false, true}) {
+    for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+      CAPTURE(feedback);
+      CAPTURE(to_string(source));
+      const ternary_codec codec{{.seed = 77, .scale = source}};
+      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> plain{
+          mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
+          fb{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+      for (double d : {0.0, 0.1, 1.0}) {
+        CAPTURE(d);
+        const auto masks = test::masks_for<bitmap_mask>(l, d, 200);
+        for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+          const std::vector<bucket_strategy> st(l.buckets().size(), strategy);
+          ternary_reference ref{l, codec, feedback, world_size(), {}, {}};
+          const auto run = [&](auto& s) {
+            s.set_masks(masks);
+            s.set_strategies(st);
+            for (int k = 0; k < 3; ++k) {
+              const std::uint64_t seed = 50 + static_cast<std::uint64_t>(k);
+              const auto want = ref.step(masks, strategy, s.step(), seed, k == 0);
+              auto g = test::values<float>(l.total_size(), seed, world_rank());
+              s.allreduce(std::span<float>(g));
+              CHECK(bad_entries(g, want) == 0);
+            }
+            std::size_t words = 0;
+            for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
+            std::size_t kept = 0;
+            for (const auto& m : masks) kept += m.count();
+            const bool any = strategy == bucket_strategy::dense || kept > 0;
+            CHECK(s.stats().bytes_sent == words * 4 + (any ? 8 * l.buckets().size() : 0));
+          };
+          if (feedback) {
+            run(fb);
+          } else {
+            run(plain);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ternary bytes on the wire: about 1/8 of fp32 at 4 ranks") {
+  param_layout l(1 << 20);
+  l.add("w", 1000, 1000);
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> s{
+      mpi_communicator{MPI_COMM_WORLD}, l};
+  s.set_masks({test::random_mask(l.total_size(), 0.1, 3)});
+  auto g = test::values<float>(l.total_size(), 1, world_rank());
+  s.allreduce(std::span<float>(g));
+  const std::size_t kept = s.payload_size(0);
+  const std::size_t lanes = 32 / ternary_codec::required_lane_bits(world_size());
+  CHECK(s.stats().bytes_sent == (kept + lanes - 1) / lanes * 4 + 8);
+  // 8 lanes per word, plus at most one partial word and the 8-byte scale.
+  if (world_size() == 4) CHECK(s.stats().bytes_sent * 8 <= kept * sizeof(float) + 8 * (4 + 8));
+}
+
+TEST_CASE("codec settings that differ across ranks are rejected on every rank") {
+  if (world_size() < 2) return;
+  const auto l = test_layout(2000);
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec>;
+  const std::string msg = error_of([&] {
+    sync_t s{mpi_communicator{MPI_COMM_WORLD},
+             l,
+             {},
+             {},
+             ternary_codec{{.seed = world_rank() == 1 ? 2u : 1u}}};
+  });
+  CHECK(msg.find("codec settings differ across ranks") != std::string::npos);
+  // A configuration that could carry is refused on every rank with the same message.
+  const std::string carry = error_of([&] {
+    sync_t s{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, ternary_codec{{.lane_bits = 2}}};
+  });
+  CHECK(carry.find("would carry") != std::string::npos);
+}

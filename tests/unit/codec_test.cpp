@@ -1,0 +1,403 @@
+// Codecs on their own (round trips, ternary lanes emulated exactly for P = 1..64, refusal
+// of lanes that could carry, unbiased stochastic rounding) and in the sync engine on one
+// rank (results, bytes on the wire, error feedback).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <pactrain/pactrain.hpp>
+
+#include "common/test_data.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+// What an integer SUM allreduce does to P wires: elementwise uint32 sums (mod 2^32).
+std::vector<std::uint32_t> lane_sum(const std::vector<std::vector<std::uint32_t>>& wires) {
+  std::vector<std::uint32_t> s(wires.empty() ? 0 : wires[0].size(), 0);
+  for (const auto& w : wires) {
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += w[i];
+  }
+  return s;
+}
+
+std::vector<std::uint32_t> encode(const ternary_codec& c, const std::vector<float>& g,
+                                  const codec_context& ctx) {
+  std::vector<std::uint32_t> w(c.wire_size(g.size(), ctx.size));
+  c.encode(std::span<const float>(g), std::span<std::uint32_t>(w), ctx);
+  return w;
+}
+
+std::vector<float> decode(const ternary_codec& c, const std::vector<std::uint32_t>& w,
+                          std::size_t n, const codec_context& ctx) {
+  std::vector<float> out(n);
+  c.decode(std::span<const std::uint32_t>(w), std::span<float>(out), ctx);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("identity, fp16 and bf16 codecs round-trip representable values", K,
+                   identity_codec<float>, fp16_codec, bf16_codec) {
+  const std::vector<float> g{0.0f, -0.0f, 1.0f, -2.5f, 0.125f, 96.0f, -0.75f};
+  const K k{};
+  for (int p : {1, 3, 4}) {
+    codec_context ctx{.rank = 0, .size = p};
+    std::vector<typename K::wire_type> w(k.wire_size(g.size(), p));
+    CHECK(w.size() == g.size());
+    k.encode(std::span<const float>(g), std::span<typename K::wire_type>(w), ctx);
+    std::vector<float> local(g.size());
+    std::vector<float> mean(g.size());
+    k.decode_local(std::span<const typename K::wire_type>(w), std::span<float>(local), ctx);
+    k.decode(std::span<const typename K::wire_type>(w), std::span<float>(mean), ctx);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      CHECK(std::bit_cast<std::uint32_t>(local[i]) == std::bit_cast<std::uint32_t>(g[i]));
+      CHECK(mean[i] == g[i] * (1.0f / static_cast<float>(p)));
+    }
+  }
+}
+
+TEST_CASE("fp16 and bf16 codecs round to nearest even on encode") {
+  const std::vector<float> g{1.0f / 3.0f, 1e-8f, 70000.0f, -1e-3f};
+  std::vector<half> h(g.size());
+  fp16_codec::encode(std::span<const float>(g), std::span<half>(h), {});
+  std::vector<bfloat16> b(g.size());
+  bf16_codec::encode(std::span<const float>(g), std::span<bfloat16>(b), {});
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CHECK(h[i].bits() == half(g[i]).bits());
+    CHECK(b[i].bits() == bfloat16(g[i]).bits());
+  }
+  CHECK(h[2].bits() == 0x7c00);  // beyond the half range: inf
+}
+
+TEST_CASE("codec spans of the wrong size are rejected") {
+  std::vector<float> g(10, 1.0f);
+  std::vector<half> h(9);
+  CHECK_THROWS_WITH_AS(fp16_codec::encode(std::span<const float>(g), std::span<half>(h), {}),
+                       doctest::Contains("10 values need 10 wire elements, 9 given"), error);
+  const ternary_codec t;
+  std::vector<std::uint32_t> w(3);  // P = 4: 8 lanes per word, 10 values need 2 words
+  CHECK_THROWS_WITH_AS(
+      t.encode(std::span<const float>(g), std::span<std::uint32_t>(w), {.size = 4}),
+      doctest::Contains("need 2 wire elements, 3 given"), error);
+  CHECK_THROWS_WITH_AS(
+      t.decode(std::span<const std::uint32_t>(w), std::span<float>(g), {.size = 4}),
+      doctest::Contains("need 2 wire elements"), error);
+  CHECK(std::all_of(g.begin(), g.end(), [](float v) { return v == 1.0f; }));  // untouched
+}
+
+TEST_CASE("ternary lane widths follow ceil(log2(2P + 1))") {
+  const ternary_codec c;
+  struct row {
+    int p;
+    unsigned bits;
+    unsigned lanes;
+  };
+  for (const row r : {row{1, 2, 16}, row{2, 3, 10}, row{3, 3, 10}, row{4, 4, 8}, row{7, 4, 8},
+                      row{8, 5, 6}, row{15, 5, 6}, row{16, 6, 5}, row{31, 6, 5}, row{32, 7, 4},
+                      row{63, 7, 4}, row{64, 8, 4}, row{1 << 30, 32, 1}}) {
+    CAPTURE(r.p);
+    CHECK(ternary_codec::required_lane_bits(r.p) == r.bits);
+    CHECK(c.lane_bits(r.p) == r.bits);
+    CHECK(c.lanes_per_word(r.p) == r.lanes);
+  }
+  CHECK(c.wire_size(0, 4) == 0);
+  CHECK(c.wire_size(1, 4) == 1);
+  CHECK(c.wire_size(8, 4) == 1);
+  CHECK(c.wire_size(9, 4) == 2);
+  CHECK(c.wire_size(1000, 64) == 250);
+  CHECK(ternary_codec{{.lane_bits = 8}}.lanes_per_word(4) == 4);  // wider than needed: fine
+}
+
+TEST_CASE(
+    "ternary lanes never carry: P = 1..64, all-max, all-min and mixed lanes, decoded exactly") {
+  const ternary_codec c{{.seed = 5}};
+  for (int p = 1; p <= 64; ++p) {
+    CAPTURE(p);
+    const std::size_t l = c.lanes_per_word(p);
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, l - 1, l, l + 1, 3 * l + 2, std::size_t{200}}) {
+      CAPTURE(n);
+      // With s = P, g = +-P rounds to +-1 and g = 0 to 0 whatever the random numbers, so the
+      // lane sums are known exactly, and decode's (lane - P) * (s / P) is (lane - P) exactly.
+      const auto s = static_cast<float>(p);
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        std::vector<std::vector<std::uint32_t>> wires;
+        std::vector<float> want(n, 0.0f);
+        for (int r = 0; r < p; ++r) {
+          std::vector<float> g(n);
+          for (std::size_t k = 0; k < n; ++k) {
+            const int t = pattern == 0 ? 1 : pattern == 1 ? -1 : static_cast<int>((k + r) % 3) - 1;
+            g[k] = static_cast<float>(t) * s;
+            want[k] += static_cast<float>(t);
+          }
+          wires.push_back(encode(c, g, {.rank = r, .size = p, .step = 7, .scale = s}));
+        }
+        const auto sum = lane_sum(wires);
+        CHECK(sum.size() == c.wire_size(n, p));
+        const auto got = decode(c, sum, n, {.rank = 0, .size = p, .step = 7, .scale = s});
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < n; ++k) bad += got[k] != want[k];
+        CHECK(bad == 0);
+        // All-max lanes: every used lane holds exactly 2P; no bit leaked into a neighbour.
+        if (pattern == 0 && n > 0) {
+          const unsigned b = c.lane_bits(p);
+          const std::size_t words = sum.size();
+          for (std::size_t j = 0; j * words < n; ++j) {
+            const std::size_t used = std::min(words, n - j * words);
+            for (std::size_t w = 0; w < used; ++w) {
+              CHECK(((sum[w] >> (j * b)) & ((b == 32 ? 0u : 1u << b) - 1u)) ==
+                    static_cast<std::uint32_t>(2 * p));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ternary configurations whose lanes could carry are refused") {
+  CHECK_THROWS_WITH_AS(ternary_codec{{.lane_bits = 33}}, doctest::Contains("does not fit"), error);
+  CHECK_THROWS_WITH_AS(ternary_codec{{.lane_bits = 3}}.validate(4),
+                       doctest::Contains("lanes of 3 bits would carry: 4 ranks sum to up to 8, "
+                                         "which needs 4 bits"),
+                       error);
+  CHECK_THROWS_WITH_AS(ternary_codec{{.lane_bits = 1}}.validate(1),
+                       doctest::Contains("would carry"), error);
+  CHECK_THROWS_WITH_AS(ternary_codec{}.validate(0), doctest::Contains("at least one"), error);
+  CHECK_NOTHROW(ternary_codec{{.lane_bits = 4}}.validate(7));
+  CHECK_THROWS_AS(ternary_codec{{.lane_bits = 4}}.validate(8), error);
+  // The engine refuses at construction (P = 1 needs 2-bit lanes).
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
+  CHECK_THROWS_WITH_AS(
+      (sync_t{
+          loopback_communicator{}, test::small_layout(), {}, {}, ternary_codec{{.lane_bits = 1}}}),
+      doctest::Contains("would carry"), error);
+}
+
+TEST_CASE("stochastic rounding is unbiased: means of 1e5 draws lie within 4 sigma") {
+  // E[s t] = g and Var[s t] = s |g| - g^2 for |g| <= s. Over N independent draws the mean's
+  // standard deviation is sqrt((s |g| - g^2) / N); the check allows 4 of them (a fixed seed,
+  // so the outcome is deterministic; a failure means a bias, not bad luck).
+  const ternary_codec c{{.seed = 12345}};
+  const float s = 2.0f;
+  constexpr std::size_t n = 100000;
+  for (float g : {-1.8f, -0.6f, 0.02f, 0.5f, 1.0f, 1.54f}) {
+    CAPTURE(g);
+    const double sigma = std::sqrt((s * std::fabs(g) - g * g) / n);
+    // Across entries of one encoding.
+    const std::vector<float> in(n, g);
+    const codec_context ctx{.rank = 2, .size = 4, .step = 3, .stream = 1, .scale = s};
+    const auto w = encode(c, in, ctx);
+    std::vector<float> local(n);
+    c.decode_local(std::span<const std::uint32_t>(w), std::span<float>(local), ctx);
+    double sum = 0;
+    for (float v : local) {
+      CHECK_UNARY(v == 0.0f || v == s || v == -s);
+      sum += v;
+    }
+    CHECK(std::fabs(sum / n - g) < 4 * sigma);
+    // Across steps for one entry.
+    double sum_steps = 0;
+    const std::vector<float> one{g};
+    for (std::uint64_t step = 0; step < n; ++step) {
+      const codec_context cs{.rank = 1, .size = 2, .step = step, .scale = s};
+      std::vector<float> v(1);
+      c.decode_local(std::span<const std::uint32_t>(encode(c, one, cs)), std::span<float>(v), cs);
+      sum_steps += v[0];
+    }
+    CHECK(std::fabs(sum_steps / n - g) < 4 * sigma);
+  }
+  // Beyond the scale values clip to +-s; a zero scale sends zeros.
+  const std::vector<float> big{5.0f, -3.0f, 0.0f};
+  const codec_context ctx{.size = 3, .scale = 1.0f};
+  std::vector<float> out(3);
+  c.decode_local(std::span<const std::uint32_t>(encode(c, big, ctx)), std::span<float>(out), ctx);
+  CHECK(out == std::vector<float>{1.0f, -1.0f, 0.0f});
+  const codec_context zero{.size = 3, .scale = 0.0f};
+  c.decode_local(std::span<const std::uint32_t>(encode(c, big, zero)), std::span<float>(out), zero);
+  CHECK(out == std::vector<float>{0.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("ternary random numbers depend on seed, rank, step, bucket and index only") {
+  const ternary_codec c{{.seed = 9}};
+  const auto g = test::values<float>(1000, 1);
+  const codec_context a{.rank = 1, .size = 4, .step = 2, .stream = 3, .scale = 125.0f};
+  CHECK(encode(c, g, a) == encode(c, g, a));
+  CHECK(encode(ternary_codec{{.seed = 9}}, g, a) == encode(c, g, a));
+  for (codec_context b :
+       {codec_context{.rank = 2, .size = 4, .step = 2, .stream = 3, .scale = 125},
+        codec_context{.rank = 1, .size = 4, .step = 3, .stream = 3, .scale = 125},
+        codec_context{.rank = 1, .size = 4, .step = 2, .stream = 4, .scale = 125}}) {
+    CHECK(encode(c, g, a) != encode(c, g, b));
+  }
+  CHECK(encode(ternary_codec{{.seed = 10}}, g, a) != encode(c, g, a));
+  // An entry's random number does not depend on the length of the span around it.
+  std::vector<float> prefix(g.begin(), g.begin() + 100);
+  const auto w = encode(c, prefix, a);
+  std::vector<float> out(100);
+  c.decode_local(std::span<const std::uint32_t>(w), std::span<float>(out), a);
+  const auto w_all = encode(c, g, a);
+  std::vector<float> out_all(1000);
+  c.decode_local(std::span<const std::uint32_t>(w_all), std::span<float>(out_all), a);
+  CHECK(std::equal(out.begin(), out.end(), out_all.begin()));
+}
+
+TEST_CASE_TEMPLATE("one rank: fp16 and bf16 syncs return the masked gradient", K, fp16_codec,
+                   bf16_codec) {
+  const auto l = test::small_layout();
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, K>;
+  sync_t s{loopback_communicator{}, l};
+  for (double d : test::densities) {
+    CAPTURE(d);
+    const auto masks = test::masks_for<bitmap_mask>(l, d, 17);
+    s.set_masks(masks);
+    for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+      s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+      auto g = test::values<float>(l.total_size(), 3);
+      for (auto& v : g) v = static_cast<float>(typename K::wire_type(v));  // representable
+      const auto want = test::masked(l, masks, g);
+      s.allreduce(std::span<float>(g));
+      CHECK(g == want);
+      std::size_t sent = 0;
+      for (std::size_t b = 0; b < l.buckets().size(); ++b) sent += s.wire_size(b) * 2;
+      std::size_t kept = 0;
+      for (const auto& m : masks) kept += m.count();
+      CHECK(s.stats().bytes_sent == sent);
+      CHECK(sent == (strategy == bucket_strategy::sparse ? kept : l.total_size()) * 2);
+    }
+  }
+}
+
+TEST_CASE("one rank: ternary sync sends t * s at kept entries and +0 elsewhere") {
+  const auto l = test::small_layout();
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
+  for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+    sync_t s{loopback_communicator{}, l, {}, {}, ternary_codec{{.seed = 3, .scale = source}}};
+    for (double d : test::densities) {
+      CAPTURE(d);
+      const auto masks = test::masks_for<bitmap_mask>(l, d, 21);
+      s.set_masks(masks);
+      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+        s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+        for (int step = 0; step < 2; ++step) {
+          auto g = test::values<float>(l.total_size(), 5 + step);
+          const auto m = test::masked(l, masks, g);
+          s.allreduce(std::span<float>(g));
+          std::size_t bad = 0;
+          for (std::size_t b = 0; b < l.buckets().size(); ++b) {
+            const auto& bk = l.buckets()[b];
+            float mx = 0;  // the bucket's scale: its max |g| over kept entries
+            for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i)
+              mx = std::max(mx, std::fabs(m[i]));
+            for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) {
+              if (m[i] == 0.0f) {
+                bad += std::bit_cast<std::uint32_t>(g[i]) != 0;  // +0
+              } else if (source == scale_source::current_max) {
+                bad += !(g[i] == 0.0f || g[i] == mx * (m[i] < 0 ? -1.0f : 1.0f));
+              }
+            }
+          }
+          CHECK(bad == 0);
+          std::size_t words = 0;
+          for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
+          std::size_t kept = 0;
+          for (const auto& mk : masks) kept += mk.count();
+          const std::size_t entries = strategy == bucket_strategy::sparse ? kept : l.total_size();
+          CHECK(words == (strategy == bucket_strategy::sparse
+                              ? (s.payload_size(0) + 15) / 16 + (s.payload_size(1) + 15) / 16 +
+                                    (s.payload_size(2) + 15) / 16
+                              : (l.buckets()[0].size + 15) / 16 + (l.buckets()[1].size + 15) / 16 +
+                                    (l.buckets()[2].size + 15) / 16));
+          const std::size_t scale_bytes = entries == 0 ? 0 : 8 * l.buckets().size();
+          CHECK(s.stats().bytes_sent == words * 4 + scale_bytes);
+        }
+      }
+    }
+    CHECK(s.step() == 5 * 2 * 2);
+  }
+}
+
+TEST_CASE("error feedback shrinks the accumulated error of a repeated gradient") {
+  param_layout l;
+  l.add("w", 40, 50);
+  const auto masks = std::vector<bitmap_mask>{test::random_mask(2000, 0.5, 4)};
+  std::vector<float> g0(2000);
+  for (std::size_t i = 0; i < g0.size(); ++i) {
+    g0[i] = static_cast<float>(test::mix(i) % 2001) / 1000.0f - 1.0f;
+  }
+  g0 = test::masked(l, masks, g0);
+  constexpr int steps = 200;
+  // |sum over steps of the outputs - steps * g|, the error a training run accumulates.
+  const auto accumulated_error = [&](auto& s) {
+    s.set_masks(masks);
+    std::vector<double> acc(g0.size(), 0.0);
+    for (int k = 0; k < steps; ++k) {
+      auto g = g0;
+      s.allreduce(std::span<float>(g));
+      for (std::size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+    }
+    double e = 0;
+    for (std::size_t i = 0; i < g0.size(); ++i) {
+      const double d = acc[i] - steps * static_cast<double>(g0[i]);
+      e += d * d;
+    }
+    return std::sqrt(e);
+  };
+  using plain_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
+  using fb_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec,
+                              error_feedback>;
+  for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+    const ternary_codec c{{.seed = 8, .scale = source}};
+    plain_t plain{loopback_communicator{}, l, {}, {}, c};
+    fb_t fb{loopback_communicator{}, l, {}, {}, c};
+    const double e_plain = accumulated_error(plain);
+    const double e_fb = accumulated_error(fb);
+    CAPTURE(e_plain);
+    CAPTURE(e_fb);
+    // Without feedback the error grows like sqrt(steps); with it, it is the last residual.
+    CHECK(e_fb < 0.2 * e_plain);
+    double r2 = 0;
+    for (float r : fb.residuals()) r2 += static_cast<double>(r) * r;
+    CHECK(std::fabs(std::sqrt(r2) - e_fb) < 1e-3 * e_plain);
+    CHECK(plain.residuals().empty());
+    fb.set_masks(masks);  // a commit resets the residuals
+    CHECK(std::all_of(fb.residuals().begin(), fb.residuals().end(),
+                      [](float r) { return r == 0.0f; }));
+  }
+  // fp16: a value half cannot hold, repeated; feedback carries the rounding error along.
+  using fp16_plain = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec>;
+  using fp16_fb = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec,
+                                 error_feedback>;
+  fp16_plain hp{loopback_communicator{}, l};
+  fp16_fb hf{loopback_communicator{}, l};
+  for (auto& v : g0) v = v * 1e-3f + 1e-7f;
+  g0 = test::masked(l, masks, g0);
+  const double e_hp = accumulated_error(hp);
+  const double e_hf = accumulated_error(hf);
+  CAPTURE(e_hp);
+  CAPTURE(e_hf);
+  CHECK(e_hf < 0.1 * e_hp);
+}
+
+TEST_CASE("feedback and step counters of the identity codec") {
+  const auto l = test::small_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, identity_codec<float>,
+                 error_feedback>
+      s{loopback_communicator{}, l};
+  auto g = test::values<float>(l.total_size(), 1);
+  const auto want = g;
+  s.allreduce(std::span<float>(g));
+  CHECK(g == want);
+  CHECK(s.residuals().empty());  // identity delivers everything: feedback is off
+  CHECK(s.step() == 1);
+  s.set_step(41);
+  s.allreduce(std::span<float>(g));
+  CHECK(s.step() == 42);
+  CHECK(s.stats().bytes_sent == l.total_size() * sizeof(float));
+}
