@@ -11,7 +11,9 @@
 // scripts/demo.sh does all of it (and writes build/demo/summary.json).
 //
 // Options (defaults in brackets):
-//   --mode both|dense|sparse  which runs [both: dense, then sparse]
+//   --mode both|dense|sparse  which runs [both: dense, then sparse (then ternary)]
+//   --codec none|ternary      ternary: also a run of the sparse setup whose kept entries travel
+//                             as ternary lanes with error feedback [none]
 //   --epochs N                epochs of each run [17]
 //   --batch B                 mini-batch per rank [128]
 //   --lr X                    peak learning rate [0.1]
@@ -44,6 +46,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -54,6 +57,7 @@ struct options {
   fm::train_config cfg;
   double sparsity = 0.9;
   std::string mode = "both";
+  bool ternary = false;  // --codec ternary
   std::size_t train_limit = 0;
   std::size_t test_limit = 0;
   std::string data = fm::default_data_dir;
@@ -61,8 +65,9 @@ struct options {
 };
 
 constexpr const char* usage =
-    "usage: pactrain_fmnist [--mode both|dense|sparse] [--epochs N] [--batch B] [--lr X]\n"
-    "       [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] [--prune-window A,B]\n"
+    "usage: pactrain_fmnist [--mode both|dense|sparse] [--codec none|ternary] [--epochs N]\n"
+    "       [--batch B] [--lr X] [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] "
+    "[--prune-window A,B]\n"
     "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]";
 
@@ -111,6 +116,10 @@ options parse(int argc, char** argv) {
       if (v != "both" && v != "dense" && v != "sparse")
         throw pactrain::error("--mode: expected both, dense or sparse, got '" + v + "'");
       o.mode = v;
+    } else if (a == "--codec") {
+      if (v != "none" && v != "ternary")
+        throw pactrain::error("--codec: expected none or ternary, got '" + v + "'");
+      o.ternary = v == "ternary";
     } else if (a == "--epochs") {
       o.cfg.epochs = static_cast<int>(to_count(a, v));
     } else if (a == "--batch") {
@@ -194,6 +203,17 @@ std::string num(float v) {
   return buf;
 }
 
+struct named_run {
+  std::string name;  // dense, sparse or ternary
+  fm::train_result result;
+};
+
+const fm::train_result* find_run(const std::vector<named_run>& runs, std::string_view name) {
+  for (const auto& r : runs)
+    if (r.name == name) return &r.result;
+  return nullptr;
+}
+
 std::string run_json(const fm::train_result& r, const char* indent) {
   std::ostringstream o;
   const std::string in = indent;
@@ -236,8 +256,8 @@ std::string run_json(const fm::train_result& r, const char* indent) {
 
 void write_summary(const options& o, int ranks, const fm::train_config& cfg,
                    const std::vector<std::size_t>& sizes, std::size_t params,
-                   std::size_t train_count, std::size_t test_count, const fm::train_result* dense,
-                   const fm::train_result* sparse, double wall) {
+                   std::size_t train_count, std::size_t test_count,
+                   const std::vector<named_run>& runs, double wall) {
   std::ostringstream j;
   j << "{\n";
   j << "  \"pactrain_version\": \"" << pactrain::version_string() << "\",\n";
@@ -256,14 +276,18 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
     << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
     << ", \"scope\": \"" << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
     << "\", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
-  if (dense) j << "  \"dense\": " << run_json(*dense, "  ") << ",\n";
-  if (sparse) j << "  \"sparse\": " << run_json(*sparse, "  ") << ",\n";
-  if (dense && sparse) {
-    j << "  \"accuracy_gap_points\": "
-      << num(100.0 * (dense->test_accuracy - sparse->test_accuracy)) << ",\n";
-    j << "  \"bytes_ratio\": "
-      << num(static_cast<double>(sparse->bytes_per_step) /
-             static_cast<double>(dense->bytes_per_step))
+  for (const auto& r : runs) j << "  \"" << r.name << "\": " << run_json(r.result, "  ") << ",\n";
+  // Against dense: accuracy_gap_points and bytes_ratio for sparse, ternary_* for ternary.
+  const auto* dense = find_run(runs, "dense");
+  for (const char* name : {"sparse", "ternary"}) {
+    const auto* r = find_run(runs, name);
+    if (dense == nullptr || r == nullptr) continue;
+    const std::string prefix = std::string(name) == "sparse" ? "" : "ternary_";
+    j << "  \"" << prefix
+      << "accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - r->test_accuracy))
+      << ",\n";
+    j << "  \"" << prefix << "bytes_ratio\": "
+      << num(static_cast<double>(r->bytes_per_step) / static_cast<double>(dense->bytes_per_step))
       << ",\n";
   }
   j << "  \"wall_seconds\": " << num(wall) << "\n}\n";
@@ -320,20 +344,24 @@ int run(int argc, char** argv) {
         "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %g (held for %.0f%% of the "
         "steps, then cosine to 0), momentum %g, weight decay %g, seed %llu\n"
         "sparse run: gradual %s magnitude pruning of the weights to %.0f%% over steps "
-        "%.0f%%-%.0f%%, biases dense\n",
+        "%.0f%%-%.0f%%, biases dense%s\n",
         o.cfg.epochs, per_epoch, o.cfg.batch, o.cfg.batch * static_cast<std::size_t>(ranks),
         static_cast<double>(o.cfg.lr), 100.0 * o.cfg.lr_hold, static_cast<double>(o.cfg.momentum),
         static_cast<double>(o.cfg.weight_decay), static_cast<unsigned long long>(o.cfg.seed),
         o.cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
-        100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end);
+        100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end,
+        o.ternary ? "; ternary run: the same, kept entries sent as ternary lanes with error "
+                    "feedback"
+                  : "");
     std::printf("%-6s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
                 "sparsity", "bytes/step", "step ms", "sync", "prune");
     std::fflush(stdout);
   }
 
-  const auto run_one = [&](const char* name, double sparsity) {
+  const auto run_one = [&](const char* name, double sparsity, bool ternary) {
     fm::train_config cfg = o.cfg;
     cfg.sparsity = sparsity;
+    cfg.ternary = ternary;
     return fm::train(cfg, train_set, test_set, MPI_COMM_WORLD, [&](const fm::epoch_record& e) {
       if (rank != 0) return;
       std::printf("%-6s %5d %8.4f %8.2f%% %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", name, e.epoch,
@@ -344,22 +372,27 @@ int run(int argc, char** argv) {
     });
   };
 
-  std::optional<fm::train_result> dense;
-  std::optional<fm::train_result> sparse;
-  if (o.mode != "sparse") dense = run_one("dense", 0.0);
-  if (o.mode != "dense") sparse = run_one("sparse", o.sparsity);
+  std::vector<named_run> runs;
+  if (o.mode != "sparse") runs.push_back({"dense", run_one("dense", 0.0, false)});
+  if (o.mode != "dense") {
+    runs.push_back({"sparse", run_one("sparse", o.sparsity, false)});
+    if (o.ternary) runs.push_back({"ternary", run_one("ternary", o.sparsity, true)});
+  }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   bool agree = true;
-  for (const auto* r : {dense ? &*dense : nullptr, sparse ? &*sparse : nullptr})
-    if (r != nullptr) agree = agree && r->weights_agree;
+  for (const auto& r : runs) agree = agree && r.result.weights_agree;
+  const auto* dense = find_run(runs, "dense");
 
   if (rank == 0) {
-    std::printf("\n%-22s %12s %12s\n", "", dense ? "dense" : "", sparse ? "sparse" : "");
+    std::printf("\n%-22s", "");
+    for (const auto& r : runs) std::printf(" %12s", r.name.c_str());
+    std::printf("\n");
     const auto row = [&](const char* label, auto get) {
-      std::printf("%-22s %12s %12s\n", label, dense ? get(*dense).c_str() : "",
-                  sparse ? get(*sparse).c_str() : "");
+      std::printf("%-22s", label);
+      for (const auto& r : runs) std::printf(" %12s", get(r.result).c_str());
+      std::printf("\n");
     };
     const auto fmt = [](const char* f, double v) {
       char buf[64];
@@ -377,18 +410,18 @@ int run(int argc, char** argv) {
     row("sync time (ms/step)",
         [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
     row("run time (s)", [&](const fm::train_result& r) { return fmt("%.1f", r.total_seconds); });
-    if (dense && sparse) {
-      std::printf(
-          "accuracy gap %.2f points (dense - sparse); sparse sends %.1f%% of the dense bytes\n",
-          100.0 * (dense->test_accuracy - sparse->test_accuracy),
-          100.0 * static_cast<double>(sparse->bytes_per_step) /
-              static_cast<double>(dense->bytes_per_step));
+    for (const auto& r : runs) {
+      if (dense == nullptr || r.name == "dense") continue;
+      std::printf("accuracy gap %.2f points (dense - %s); %s sends %.1f%% of the dense bytes\n",
+                  100.0 * (dense->test_accuracy - r.result.test_accuracy), r.name.c_str(),
+                  r.name.c_str(),
+                  100.0 * static_cast<double>(r.result.bytes_per_step) /
+                      static_cast<double>(dense->bytes_per_step));
     }
     std::printf("total wall time %.1f s; weights bit-identical on all ranks: %s\n", wall,
                 agree ? "yes" : "NO");
     if (!o.summary.empty()) {
-      write_summary(o, ranks, o.cfg, sizes, params, train_set.count, test_set.count,
-                    dense ? &*dense : nullptr, sparse ? &*sparse : nullptr, wall);
+      write_summary(o, ranks, o.cfg, sizes, params, train_set.count, test_set.count, runs, wall);
       std::printf("summary: %s\n", o.summary.c_str());
     }
   }

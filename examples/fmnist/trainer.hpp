@@ -59,6 +59,9 @@ struct train_config {
   double prune_end = 0.6;
   std::uint64_t prune_updates = 20;
   pruning_scope scope = pruning_scope::global;
+  // How kept entries travel: as float, or as ternary lanes (pactrain::ternary_codec, scale
+  // from a MAX allreduce, stochastic rounding seeded from `seed`) with error feedback.
+  bool ternary = false;
 };
 
 /// Per-epoch progress (every rank has the same values).
@@ -220,114 +223,130 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   for (auto i : my_test) y_test.push_back(test_set.labels[i]);
 
   const bool sparse = cfg.sparsity > 0.0;
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
-  sync_t sync{mpi_communicator{comm}, layout, host_compactor{},
-              sync_options{.strategy = sparse ? bucket_strategy::sparse : bucket_strategy::dense}};
+  const sync_options sync_opt{.strategy =
+                                  sparse ? bucket_strategy::sparse : bucket_strategy::dense};
+  // The loop below, over whichever sync engine the config asks for.
+  auto run = [&](auto& sync) -> train_result {
+    const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
+    using pruner_t = pruner<magnitude_pruning, gradual_schedule>;
+    std::optional<pruner_t> pr;
+    if (sparse) {
+      pr.emplace(magnitude_pruning{cfg.scope}, make_schedule(cfg, total_steps), prunable,
+                 mask_source::local);
+    }
 
-  const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
-  using pruner_t = pruner<magnitude_pruning, gradual_schedule>;
-  std::optional<pruner_t> pr;
-  if (sparse) {
-    pr.emplace(magnitude_pruning{cfg.scope}, make_schedule(cfg, total_steps), prunable,
-               mask_source::local);
-  }
+    sgd_momentum opt(layout.total_size(), cfg.momentum, cfg.weight_decay);
+    const std::size_t f = model.inputs();
+    std::vector<float> xb(cfg.batch * f);
+    std::vector<std::uint8_t> yb(cfg.batch);
+    std::vector<std::size_t> order(my_train.size());
 
-  sgd_momentum opt(layout.total_size(), cfg.momentum, cfg.weight_decay);
-  const std::size_t f = model.inputs();
-  std::vector<float> xb(cfg.batch * f);
-  std::vector<std::uint8_t> yb(cfg.batch);
-  std::vector<std::size_t> order(my_train.size());
+    train_result res;
+    res.steps_per_epoch = steps_per_epoch;
+    std::uint64_t step = 0;
+    double train_seconds = 0;
+    double sync_seconds = 0;
+    double prune_seconds = 0;
+    for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+      // The same permutation of shard positions on every rank.
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      shuffle(order, cfg.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch));
 
-  train_result res;
-  res.steps_per_epoch = steps_per_epoch;
-  std::uint64_t step = 0;
-  double train_seconds = 0;
-  double sync_seconds = 0;
-  double prune_seconds = 0;
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    // The same permutation of shard positions on every rank.
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    shuffle(order, cfg.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch));
-
-    double loss_sum = 0;
-    double epoch_sync = 0;
-    double epoch_prune = 0;
-    const auto epoch_start = std::chrono::steady_clock::now();
-    for (std::size_t s = 0; s < steps_per_epoch; ++s, ++step) {
-      for (std::size_t b = 0; b < cfg.batch; ++b) {
-        const std::size_t i = order[s * cfg.batch + b];
-        std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
-        yb[b] = y_train[i];
-      }
-      loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
-
-      const auto t0 = std::chrono::steady_clock::now();
-      sync.allreduce(model.grads());
-      epoch_sync += detail::seconds_since(t0);
-
-      opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps));
-
-      if (pr) {
-        const auto t1 = std::chrono::steady_clock::now();
-        if (pr->step(sync, std::span<const float>(model.params()))) {
-          ++res.mask_updates;
-          // Newly pruned entries start at exactly 0. Between updates they stay there without
-          // help: their averaged gradient is +0, so the momentum stays 0 and so does w.
-          apply_masks(layout, sync.masks(), model.params());
-          apply_masks(layout, sync.masks(), opt.velocity());
+      double loss_sum = 0;
+      double epoch_sync = 0;
+      double epoch_prune = 0;
+      const auto epoch_start = std::chrono::steady_clock::now();
+      for (std::size_t s = 0; s < steps_per_epoch; ++s, ++step) {
+        for (std::size_t b = 0; b < cfg.batch; ++b) {
+          const std::size_t i = order[s * cfg.batch + b];
+          std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
+          yb[b] = y_train[i];
         }
-        epoch_prune += detail::seconds_since(t1);
+        loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
+
+        const auto t0 = std::chrono::steady_clock::now();
+        sync.allreduce(model.grads());
+        epoch_sync += detail::seconds_since(t0);
+
+        opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps));
+
+        if (pr) {
+          const auto t1 = std::chrono::steady_clock::now();
+          if (pr->step(sync, std::span<const float>(model.params()))) {
+            ++res.mask_updates;
+            // Newly pruned entries start at exactly 0. Between updates they stay there without
+            // help: their averaged gradient is +0, so the momentum stays 0 and so does w.
+            apply_masks(layout, sync.masks(), model.params());
+            apply_masks(layout, sync.masks(), opt.velocity());
+          }
+          epoch_prune += detail::seconds_since(t1);
+        }
       }
-    }
-    // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
-    double sums[4] = {loss_sum, detail::seconds_since(epoch_start), epoch_sync, epoch_prune};
-    MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm);
-    const double epoch_seconds = sums[1] / ranks;
-    epoch_sync = sums[2] / ranks;
-    epoch_prune = sums[3] / ranks;
-    train_seconds += epoch_seconds;
-    sync_seconds += epoch_sync;
-    prune_seconds += epoch_prune;
+      // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
+      double sums[4] = {loss_sum, detail::seconds_since(epoch_start), epoch_sync, epoch_prune};
+      MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm);
+      const double epoch_seconds = sums[1] / ranks;
+      epoch_sync = sums[2] / ranks;
+      epoch_prune = sums[3] / ranks;
+      train_seconds += epoch_seconds;
+      sync_seconds += epoch_sync;
+      prune_seconds += epoch_prune;
 
-    epoch_record rec;
-    rec.epoch = epoch;
-    rec.train_loss =
-        sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
-    rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
-    std::size_t kept = 0;
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < layout.tensor_count(); ++i) {
-      if (!prunable[i]) continue;
-      kept += sync.masks()[i].count();
-      total += layout.tensor(i).size;
+      epoch_record rec;
+      rec.epoch = epoch;
+      rec.train_loss =
+          sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
+      rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
+      std::size_t kept = 0;
+      std::size_t total = 0;
+      for (std::size_t i = 0; i < layout.tensor_count(); ++i) {
+        if (!prunable[i]) continue;
+        kept += sync.masks()[i].count();
+        total += layout.tensor(i).size;
+      }
+      rec.sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(total);
+      rec.bytes_per_step = sync.stats().bytes_sent;
+      rec.step_seconds = epoch_seconds / static_cast<double>(steps_per_epoch);
+      rec.sync_seconds = epoch_sync / static_cast<double>(steps_per_epoch);
+      rec.prune_seconds = epoch_prune / static_cast<double>(steps_per_epoch);
+      rec.epoch_seconds = epoch_seconds;
+      res.history.push_back(rec);
+      res.kept_weights = kept;
+      res.prunable_weights = total;
+      if (on_epoch) on_epoch(rec);
     }
-    rec.sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(total);
-    rec.bytes_per_step = sync.stats().bytes_sent;
-    rec.step_seconds = epoch_seconds / static_cast<double>(steps_per_epoch);
-    rec.sync_seconds = epoch_sync / static_cast<double>(steps_per_epoch);
-    rec.prune_seconds = epoch_prune / static_cast<double>(steps_per_epoch);
-    rec.epoch_seconds = epoch_seconds;
-    res.history.push_back(rec);
-    res.kept_weights = kept;
-    res.prunable_weights = total;
-    if (on_epoch) on_epoch(rec);
+
+    res.test_accuracy = res.history.back().test_accuracy;
+    res.sparsity = res.history.back().sparsity;
+    res.bytes_per_step = sync.stats().bytes_sent;
+    res.dense_bytes_per_step = sync.stats().dense_bytes;
+    res.steps = step;
+    res.train_seconds = train_seconds;
+    res.step_seconds = train_seconds / static_cast<double>(step);
+    res.sync_seconds = sync_seconds / static_cast<double>(step);
+    res.prune_seconds = prune_seconds / static_cast<double>(step);
+    res.weights_agree = detail::same_on_all_ranks(model.params(), comm);
+    res.masks = sync.masks();
+    res.params.assign(model.params().begin(), model.params().end());
+    res.layout = layout;
+    res.total_seconds = detail::seconds_since(run_start);
+    return res;
+  };
+
+  if (cfg.ternary) {
+    // One bucket per tensor, so that each tensor gets its own ternary scale (the layers'
+    // gradients differ by orders of magnitude; one shared scale would round most of the
+    // smaller ones to 0).
+    param_layout per_tensor = layout;
+    per_tensor.set_bucket_capacity(1);
+    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
+        sync{mpi_communicator{comm}, per_tensor, host_compactor{}, sync_opt,
+             ternary_codec{{.seed = cfg.seed}}};
+    return run(sync);
   }
-
-  res.test_accuracy = res.history.back().test_accuracy;
-  res.sparsity = res.history.back().sparsity;
-  res.bytes_per_step = sync.stats().bytes_sent;
-  res.dense_bytes_per_step = sync.stats().dense_bytes;
-  res.steps = step;
-  res.train_seconds = train_seconds;
-  res.step_seconds = train_seconds / static_cast<double>(step);
-  res.sync_seconds = sync_seconds / static_cast<double>(step);
-  res.prune_seconds = prune_seconds / static_cast<double>(step);
-  res.weights_agree = detail::same_on_all_ranks(model.params(), comm);
-  res.masks = sync.masks();
-  res.params.assign(model.params().begin(), model.params().end());
-  res.layout = layout;
-  res.total_seconds = detail::seconds_since(run_start);
-  return res;
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> sync{mpi_communicator{comm}, layout,
+                                                                     host_compactor{}, sync_opt};
+  return run(sync);
 }
 
 }  // namespace pactrain::fmnist

@@ -22,25 +22,28 @@
 
 namespace fm = pactrain::fmnist;
 
-TEST_CASE("a short sparse run on a slice of Fashion-MNIST learns and keeps its masks") {
-  // Small enough for the sanitizer build on one rank: a 784-256-128-10 MLP (235k parameters),
-  // 6000 training and 1000 test samples, 2 epochs.
+namespace {
+
+// 6000 training and 1000 test samples; an empty message when they loaded.
+struct data_slice {
   fm::dataset train_set;
   fm::dataset test_set;
   std::string load_error;
+};
+
+data_slice load_slice() {
+  data_slice d;
   try {
-    train_set = fm::load_split(PACTRAIN_FMNIST_DATA_DIR, "train", 6000);
-    test_set = fm::load_split(PACTRAIN_FMNIST_DATA_DIR, "t10k", 1000);
+    d.train_set = fm::load_split(PACTRAIN_FMNIST_DATA_DIR, "train", 6000);
+    d.test_set = fm::load_split(PACTRAIN_FMNIST_DATA_DIR, "t10k", 1000);
   } catch (const std::exception& e) {
-    load_error = e.what();
+    d.load_error = e.what();
   }
-  // Every rank reads the same files, so every rank fails here alike and none is left waiting.
-  CHECK_MESSAGE(load_error.empty(), load_error);
-  if (!load_error.empty()) return;
+  return d;
+}
 
-  int ranks = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-
+// The short run both cases train: 2 epochs pruned gradually to 90%.
+fm::train_config slice_config() {
   fm::train_config cfg;
   cfg.hidden = {256, 128};
   cfg.epochs = 2;
@@ -52,7 +55,23 @@ TEST_CASE("a short sparse run on a slice of Fashion-MNIST learns and keeps its m
   cfg.prune_end = 0.6;
   cfg.prune_updates = 8;
   cfg.scope = pactrain::pruning_scope::global;
-  const fm::train_result r = fm::train(cfg, train_set, test_set, MPI_COMM_WORLD);
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("a short sparse run on a slice of Fashion-MNIST learns and keeps its masks") {
+  // Small: a 784-256-128-10 MLP (235k parameters), 6000 training and 1000 test samples, 2 epochs.
+  const data_slice d = load_slice();
+  // Every rank reads the same files, so every rank fails here alike and none is left waiting.
+  CHECK_MESSAGE(d.load_error.empty(), d.load_error);
+  if (!d.load_error.empty()) return;
+
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+
+  const fm::train_config cfg = slice_config();
+  const fm::train_result r = fm::train(cfg, d.train_set, d.test_set, MPI_COMM_WORLD);
 
   MESSAGE("ranks " << ranks << ": test accuracy " << r.test_accuracy << ", sparsity " << r.sparsity
                    << ", " << r.steps << " steps, " << r.mask_updates << " mask updates, "
@@ -107,4 +126,33 @@ TEST_CASE("a short sparse run on a slice of Fashion-MNIST learns and keeps its m
 
   // Same seed, same averaged gradients: the weights are bit-identical on every rank.
   CHECK(r.weights_agree);
+}
+
+TEST_CASE("the same run with ternary lanes and error feedback learns on a fraction of the bytes") {
+  const data_slice d = load_slice();
+  CHECK_MESSAGE(d.load_error.empty(), d.load_error);
+  if (!d.load_error.empty()) return;
+
+  fm::train_config cfg = slice_config();
+  cfg.ternary = true;
+  const fm::train_result r = fm::train(cfg, d.train_set, d.test_set, MPI_COMM_WORLD);
+  MESSAGE("ternary: test accuracy " << r.test_accuracy << ", " << r.bytes_per_step
+                                    << " bytes per step");
+  CHECK(r.test_accuracy > 0.5);  // chance is 0.1
+  CHECK(r.history.back().train_loss < r.history.front().train_loss);
+  CHECK(r.sparsity == doctest::Approx(0.9).epsilon(1e-4));
+  std::size_t kept_all = 0;
+  for (const auto& m : r.masks) kept_all += m.count();
+  // At most 4 bits per kept entry on up to 4 ranks (8 lanes per 32-bit word), plus per bucket
+  // a partly filled word and the scale's round.
+  CHECK(r.bytes_per_step > 0);
+  CHECK(r.bytes_per_step <= kept_all / 2 + r.layout.tensor_count() * 16);
+  CHECK(r.weights_agree);
+  for (std::size_t i = 0; i < r.layout.tensor_count(); ++i) {
+    const auto& t = r.layout.tensor(i);
+    std::size_t nonzero_pruned = 0;
+    for (std::size_t j = 0; j < t.size; ++j)
+      nonzero_pruned += !r.masks[i].test(j) && r.params[t.offset + j] != 0.0f;
+    CHECK_MESSAGE(nonzero_pruned == 0, t.name);
+  }
 }
