@@ -401,3 +401,53 @@ TEST_CASE("feedback and step counters of the identity codec") {
   CHECK(s.step() == 42);
   CHECK(s.stats().bytes_sent == l.total_size() * sizeof(float));
 }
+
+TEST_CASE("codecs over tensors in separate buffers (the dense workspace path)") {
+  const auto l = test::small_layout();
+  const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 31);
+  const auto flat = test::values<float>(l.total_size(), 9);
+  // One buffer per tensor, so no bucket is contiguous.
+  const auto split = [&](const std::vector<float>& g) {
+    std::vector<std::vector<float>> b;
+    for (const auto& t : l.tensors()) {
+      b.emplace_back(g.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                     g.begin() + static_cast<std::ptrdiff_t>(t.offset + t.size));
+    }
+    return b;
+  };
+  const auto views_of = [](std::vector<std::vector<float>>& b) {
+    std::vector<std::span<float>> v;
+    for (auto& x : b) v.emplace_back(x);
+    return v;
+  };
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> h{
+      loopback_communicator{}, l};
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec, error_feedback>
+      t{loopback_communicator{}, l};
+  h.set_masks(masks);
+  t.set_masks(masks);
+  const auto want = test::masked(l, masks, flat);  // dyadic: representable in half
+  for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+    h.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+    t.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+    auto bh = split(flat);
+    auto vh = views_of(bh);
+    h.allreduce(std::span<const std::span<float>>(vh));
+    CHECK(bh == split(want));
+    for (int step = 0; step < 3; ++step) {
+      auto bt = split(flat);
+      auto vt = views_of(bt);
+      t.allreduce(std::span<const std::span<float>>(vt));
+      const auto w = split(want);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < bt.size(); ++i) {
+        for (std::size_t j = 0; j < bt[i].size(); ++j) {
+          // Pruned: +0; kept: 0 or +-s (s = 125 at most; residuals make |g'| exceed it).
+          bad += w[i][j] == 0.0f ? std::bit_cast<std::uint32_t>(bt[i][j]) != 0
+                                 : std::fabs(bt[i][j]) > 125.0f;
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
