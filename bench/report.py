@@ -421,9 +421,11 @@ def main():
         for s in ("dense_ring", "dense_default", "fp16"):
             keys.append((s, None))
         dens = sorted({r["density"] for r in big if r["link"] == link and
-                       r["strategy"] in ("sparse", "topk")})
+                       r["strategy"] in ("sparse", "topk", "sparse-fp16", "sparse-ternary",
+                                         "auto")})
         for d in dens:
             keys += [("sparse", d), ("topk", d)]
+            keys += [(c, d) for c in ("sparse-fp16", "sparse-ternary", "auto")]
         for s in ("ddp_allreduce", "ddp_fp16", "ddp_powersgd"):
             keys.append((s, None))
         for s, d in keys:

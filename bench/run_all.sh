@@ -15,6 +15,8 @@
 #   PACTRAIN_DDP=0       skip the PyTorch DDP runs (otherwise Debian's python3-torch is
 #                        installed if missing)
 #   PACTRAIN_DDP_RATES   link rates of the DDP runs [1gbit]
+#   PACTRAIN_CODECS=1    also run sparse-fp16, sparse-ternary and auto at every density (about
+#                        doubles the sweep)
 #   PACTRAIN_SYNC=0      skip the pactrain-sync-bench runs (append DDP rows to the CSV)
 #   PACTRAIN_REPORT_ONLY=1   only rebuild plots and RESULTS.md from the CSVs present
 #   PACTRAIN_RESULTS_DIR, PACTRAIN_RESULTS_MD   where they go [bench/results, bench/RESULTS.md]
@@ -24,6 +26,8 @@ cd "$root"
 build=${PACTRAIN_BUILD_DIR:-build}
 results=${PACTRAIN_RESULTS_DIR:-bench/results}
 read -r -a rates <<< "${PACTRAIN_RATES:-500mbit 1gbit 2gbit}"
+codec_strategies=()
+[[ ${PACTRAIN_CODECS:-0} == 1 ]] && codec_strategies=(sparse-fp16 sparse-ternary auto)
 read -r -a ddp_rates <<< "${PACTRAIN_DDP_RATES:-1gbit}"
 read -r -a ranks_list <<< "${PACTRAIN_RANKS:-2 4}"
 bytes=${PACTRAIN_BYTES:-100M}
@@ -81,7 +85,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
         --bytes "$bytes" --strategy dense --iters "$iters" --warmup "$warmup"
       run "$rate" "$np" -- --bytes "$bytes" --strategy fp16 --iters "$iters" --warmup "$warmup"
       for d in "${densities[@]}"; do
-        for s in sparse topk; do
+        for s in sparse topk "${codec_strategies[@]}"; do
           run "$rate" "$np" -- --bytes "$bytes" --density "$d" --strategy "$s" \
             --iters "$iters" --warmup "$warmup"
         done

@@ -12,7 +12,7 @@
 // Options:
 //   --bytes N        dense gradient bytes (float32; suffixes k M G = 10^3.., Ki Mi Gi = 2^10..)
 //   --density D      kept fraction, 0 < D <= 1 (sparse, topk; reported for all)
-//   --strategy S     dense | sparse | topk | fp16
+//   --strategy S     dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto
 //   --iters N        timed synchronisations (default 10)
 //   --warmup N       untimed synchronisations first (default 2)
 //   --tensor N       entries per tensor of the synthetic layout (default 4Mi; one bucket each)
@@ -38,6 +38,12 @@
 //           MPI_Allgather of k (uint32 index, float value) pairs; accumulate every rank's pairs
 //           into the dense result and scale by 1/P; error feedback: residual = a with the sent
 //           entries zeroed. 8k bytes.
+//   sparse-fp16     as sparse, the kept entries sent as IEEE half (pactrain::fp16_codec): 2k.
+//   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
+//           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
+//           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
+//   auto    pactrain::calibrate times a few collectives and compaction at start-up, and
+//           plan_buckets picks dense or sparse per bucket from that cost model.
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -153,9 +159,12 @@ options parse(int argc, char** argv) {
       }
     } else if (a == "--strategy") {
       o.strategy = value(i);
-      if (o.strategy != "dense" && o.strategy != "sparse" && o.strategy != "topk" &&
-          o.strategy != "fp16") {
-        throw usage_error("--strategy: '" + o.strategy + "' is not dense, sparse, topk or fp16");
+      constexpr std::string_view known[] = {"dense",       "sparse",         "topk", "fp16",
+                                            "sparse-fp16", "sparse-ternary", "auto"};
+      if (std::find(std::begin(known), std::end(known), o.strategy) == std::end(known)) {
+        throw usage_error(
+            "--strategy: '" + o.strategy +
+            "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary or auto");
       }
     } else if (a == "--iters") {
       const auto n = parse_count(a, value(i));
@@ -464,39 +473,57 @@ class fp16_strategy final : public strategy {
   std::vector<std::uint16_t> wire_;
 };
 
-using sync_type =
-    pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
-
 std::vector<pactrain::bitmap_mask> bench_masks(const pactrain::param_layout& l, const options& o) {
   std::vector<float> w(l.total_size(), 0.0f);  // random_pruning looks only at the layout
   return pactrain::random_pruning{.seed = o.seed}.compute(
       l, std::span<const float>(w), 1.0 - o.density, std::vector<bool>(l.tensor_count(), true));
 }
 
-class sparse_strategy final : public strategy {
+/// pactrain::sync over a random mask of the density: plain compaction (identity codec), a
+/// codec on the kept entries (sparse-fp16, sparse-ternary with error feedback), or, with
+/// `plan`, the adaptive planner's per-bucket choice from a cost model calibrated at start-up.
+template <class Codec, class Feedback = pactrain::no_feedback>
+class engine_strategy final : public strategy {
  public:
-  sparse_strategy(MPI_Comm comm, const options& o, std::size_t n)
-      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor)) {
+  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
+                  bool plan = false)
+      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, {},
+              std::move(codec)) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
+    if (plan) {
+      const auto model = pactrain::calibrate(sync_.get_communicator());
+      sync_.set_strategies(pactrain::plan_buckets(model, sync_.get_communicator().size(),
+                                                  pactrain::bucket_shapes(sync_))
+                               .strategies);
+    }
   }
   double sync(std::vector<float>& g) override {
     sync_.allreduce(std::span<float>(g));
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
   }
-  [[nodiscard]] std::size_t bytes_sent() const override {
-    std::size_t k = 0;
-    for (std::size_t b = 0; b < sync_.layout().buckets().size(); ++b) k += sync_.payload_size(b);
-    return k * sizeof(float);
-  }
+  [[nodiscard]] std::size_t bytes_sent() const override { return sync_.stats().bytes_sent; }
   std::vector<float> reference(const options& o, int ranks) override {
     auto avg = dense_average(o, sync_.layout().total_size(), ranks);
     pactrain::apply_masks(sync_.layout(), sync_.masks(), std::span<float>(avg));
     for (auto& v : avg) v += 0.0f;  // -0 -> +0, as the engine returns
     return avg;
   }
+  // identity: exact. fp16/bf16: each value rounds once on encode and every partial sum once
+  // more (|g| < 1). ternary: one draw of an unbiased estimate, within 2 scales (|g| < 1).
+  [[nodiscard]] double tolerance(int ranks) const override {
+    if constexpr (pactrain::codec_traits<Codec>::is_identity) {
+      return 0.0;
+    } else if constexpr (std::is_same_v<Codec, pactrain::ternary_codec>) {
+      return 2.0;
+    } else {
+      return ranks * 0x1p-7;
+    }
+  }
 
  private:
-  sync_type sync_;
+  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator, Codec,
+                 Feedback>
+      sync_;
 };
 
 /// DGC-style Top-k selection with error feedback. Adds g into `acc` (the residual) and puts
@@ -672,7 +699,18 @@ int run(const options& o) {
     std::unique_ptr<strategy> s;
     if (o.strategy == "dense") s = std::make_unique<dense_strategy>(comm, n);
     if (o.strategy == "fp16") s = std::make_unique<fp16_strategy>(comm, n);
-    if (o.strategy == "sparse") s = std::make_unique<sparse_strategy>(comm, o, n);
+    if (o.strategy == "sparse")
+      s = std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(comm, o, n);
+    if (o.strategy == "sparse-fp16")
+      s = std::make_unique<engine_strategy<pactrain::fp16_codec>>(comm, o, n);
+    if (o.strategy == "sparse-ternary") {
+      s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
+          comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
+    }
+    if (o.strategy == "auto") {
+      s = std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(
+          comm, o, n, pactrain::identity_codec<float>{}, true);
+    }
     if (o.strategy == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
 
     if (o.verify) {
