@@ -108,6 +108,19 @@ class mpi_communicator {
                         "MPI_Waitall");
     }
 
+    /// Advances the collective without blocking; true once it is complete (wait() then
+    /// returns at once). Open MPI progresses nonblocking collectives only inside MPI calls,
+    /// so a caller doing local work between them should test now and then.
+    bool test() {
+      if (reqs_.empty()) return true;
+      int done = 0;
+      detail::mpi_check(
+          MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+      if (done != 0) reqs_.clear();
+      return done != 0;
+    }
+
    private:
     friend class mpi_communicator;
     void finish_quietly() noexcept {

@@ -378,19 +378,32 @@ class sync {
       if (region.empty()) continue;  // nothing kept: same on every rank, no collective
       t0 = clock::now();
       requests_[b] = comm_.allreduce_async(region, reduce_op::sum);
+      progress(0, b + 1);
       s.allreduce_seconds += seconds_since(t0);
       ++s.collectives;
       s.bytes_sent += region.size() * sizeof(value_type);
     }
 
-    // Phase 2: complete in order and expand.
+    // Phase 2: complete in order and expand, advancing the later buckets meanwhile.
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       auto t0 = clock::now();
       requests_[b].wait();
+      progress(b + 1, buckets.size());
       s.allreduce_seconds += seconds_since(t0);
       t0 = clock::now();
       expand_bucket(b, t, scale);
       s.scatter_seconds += seconds_since(t0);
+    }
+  }
+
+  // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
+  // progress thread): testing the ones in flight between buckets of local work keeps their
+  // messages moving, so compaction and expansion overlap the network.
+  void progress(std::size_t from, std::size_t to) {
+    if constexpr (requires(request_type & r) {
+                    { r.test() } -> std::convertible_to<bool>;
+                  }) {
+      for (std::size_t b = from; b < to; ++b) (void)requests_[b].test();
     }
   }
 
@@ -560,6 +573,7 @@ class sync {
       for (std::size_t b = 0; b < nb; ++b) {
         prepare(b, t, ws_used, s);
         send(b, s);
+        progress(0, b + 1);
       }
     }
 
@@ -567,6 +581,7 @@ class sync {
     for (std::size_t b = 0; b < nb; ++b) {
       auto t0 = clock::now();
       requests_[b].wait();
+      progress(b + 1, nb);
       s.allreduce_seconds += seconds_since(t0);
       t0 = clock::now();
       const auto region = regions_[b];
