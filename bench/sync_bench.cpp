@@ -42,8 +42,11 @@
 //   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
 //           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
 //           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
-//   auto    pactrain::calibrate times a few collectives and compaction at start-up, and
-//           plan_buckets picks dense or sparse per bucket from that cost model.
+//   auto    an engine with ternary lanes and error feedback whose buckets the planner sets:
+//           pactrain::calibrate times a few collectives, compaction and the codec at start-up,
+//           and plan_buckets picks per bucket the fastest of dense_plain, sparse_plain,
+//           sparse (ternary) and dense (ternary) from that cost model. The chosen strategies
+//           are in the `plan` column.
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -77,6 +80,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,7 +100,7 @@ double seconds_since(clock_type::time_point t0) {
 
 constexpr const char* csv_header =
     "strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
-    "compute_p_s,iters,allreduce";
+    "compute_p_s,iters,allreduce,plan";
 
 struct options {
   std::size_t bytes = 0;
@@ -393,6 +397,8 @@ class strategy {
   [[nodiscard]] virtual double tolerance(int) const { return 0.0; }
   /// Seconds of the last sync's local work that grow with the number of ranks.
   [[nodiscard]] virtual double rank_dependent_seconds() const { return 0.0; }
+  /// The engine's bucket strategies, e.g. "sparse:24 dense_plain:1" (empty for baselines).
+  [[nodiscard]] virtual std::string plan() const { return {}; }
 };
 
 std::vector<float> dense_average(const options& o, std::size_t n, int ranks) {
@@ -491,7 +497,8 @@ class engine_strategy final : public strategy {
               std::move(codec)) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
     if (plan) {
-      const auto model = pactrain::calibrate(sync_.get_communicator());
+      const auto model =
+          pactrain::calibrate(sync_.get_communicator(), {}, sync_.compactor(), sync_.codec());
       sync_.set_strategies(pactrain::plan_buckets(model, sync_.get_communicator().size(),
                                                   pactrain::bucket_shapes(sync_))
                                .strategies);
@@ -502,6 +509,15 @@ class engine_strategy final : public strategy {
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
   }
   [[nodiscard]] std::size_t bytes_sent() const override { return sync_.stats().bytes_sent; }
+  [[nodiscard]] std::string plan() const override {
+    std::map<std::string, std::size_t> count;
+    for (auto st : sync_.strategies()) ++count[pactrain::to_string(st)];
+    std::string out;
+    for (const auto& [name, n] : count) {
+      out += (out.empty() ? "" : " ") + name + ":" + std::to_string(n);
+    }
+    return out;
+  }
   std::vector<float> reference(const options& o, int ranks) override {
     auto avg = dense_average(o, sync_.layout().total_size(), ranks);
     pactrain::apply_masks(sync_.layout(), sync_.masks(), std::span<float>(avg));
@@ -708,8 +724,8 @@ int run(const options& o) {
           comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
     }
     if (o.strategy == "auto") {
-      s = std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(
-          comm, o, n, pactrain::identity_codec<float>{}, true);
+      s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
+          comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, true);
     }
     if (o.strategy == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
 
@@ -767,16 +783,18 @@ int run(const options& o) {
       const double lo = *std::min_element(times.begin(), times.end());
       const double hi = *std::max_element(times.begin(), times.end());
       if (o.csv) {
-        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s\n", o.strategy.c_str(),
+        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s\n", o.strategy.c_str(),
                     ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(), wire.c_str(),
-                    median(locals), median(growing), o.iters, allreduce_algorithm().c_str());
+                    median(locals), median(growing), o.iters, allreduce_algorithm().c_str(),
+                    s->plan().c_str());
       } else {
         std::printf(
             "%s: %d ranks, %zu bytes, density %g: median %.6f s per sync (min %.6f, max %.6f) "
-            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s\n",
+            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s%s%s\n",
             o.strategy.c_str(), ranks, o.bytes, o.density, med, lo, hi, o.iters, median(locals),
             s->bytes_sent(), wire.empty() ? "" : ", on the wire ", wire.c_str(),
-            allreduce_algorithm().c_str());
+            allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ",
+            s->plan().c_str());
       }
       std::fflush(stdout);
     }

@@ -5,9 +5,11 @@
 //   sync.set_strategies(plan.strategies);                    // collective, checked across ranks
 //
 // The model is alpha-beta (latency per ring step, time per byte on the link) plus the local
-// work of each path per entry. Calibration times a few collectives and compaction on every
-// rank and takes the maximum over ranks, so every rank holds the same model and makes the
-// same choices; a model can also be given by hand.
+// work of each path per entry. For an engine with a codec (ternary, fp16) the planner also
+// weighs the coded paths: fewer bytes on the link against encoding and decoding per entry,
+// and may leave a bucket plain (sparse_plain, dense_plain) where encoding does not pay. Calibration
+// times a few collectives and compaction on every rank and takes the maximum over ranks, so every
+// rank holds the same model and makes the same choices; a model can also be given by hand.
 #pragma once
 
 #include <pactrain/communicator.hpp>
@@ -24,6 +26,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pactrain {
@@ -34,10 +37,11 @@ struct cost_model {
   double seconds_per_byte = 0;           // beta: one byte crossing a rank's link
   double compact_seconds_per_entry = 0;  // gather + scatter, per entry of a sparse bucket
   double dense_seconds_per_entry = 0;    // masking and scaling, per entry of a dense bucket
+  double codec_seconds_per_entry = 0;    // encode, decode and feedback, per codec input entry
 
   void validate() const {
-    for (double v :
-         {latency, seconds_per_byte, compact_seconds_per_entry, dense_seconds_per_entry}) {
+    for (double v : {latency, seconds_per_byte, compact_seconds_per_entry, dense_seconds_per_entry,
+                     codec_seconds_per_entry}) {
       PACTRAIN_EXPECTS(std::isfinite(v) && v >= 0,
                        "cost_model: every cost must be finite and >= 0");
     }
@@ -48,13 +52,21 @@ struct cost_model {
 struct bucket_shape {
   std::size_t entries = 0;      // dense entries
   std::size_t kept = 0;         // entries the masks keep (<= entries)
-  std::size_t value_bytes = 4;  // bytes per entry on the wire
+  std::size_t value_bytes = 4;  // bytes per entry of a plain payload
+  /// The engine has a codec (not the identity): the coded strategies are candidates, with
+  /// these wire bytes for the kept entries and for the whole bucket.
+  bool has_codec = false;
+  std::size_t coded_sparse_bytes = 0;
+  std::size_t coded_dense_bytes = 0;
 };
 
-/// Predicted seconds of one bucket under each strategy.
+/// Predicted seconds of one bucket under each strategy; the coded ones are infinite when
+/// the engine has no codec.
 struct bucket_costs {
-  double dense = 0;
-  double sparse = 0;
+  double dense = 0;   // dense_plain (dense with the identity codec)
+  double sparse = 0;  // sparse_plain (sparse with the identity codec)
+  double sparse_coded = std::numeric_limits<double>::infinity();  // sparse through the codec
+  double dense_coded = std::numeric_limits<double>::infinity();   // dense through the codec
 };
 
 /// Ring allreduce of `bytes` on `ranks` ranks: 2(P-1) steps, 2(P-1)/P of the bytes per link.
@@ -70,12 +82,19 @@ inline bucket_costs predict(const cost_model& m, int ranks, const bucket_shape& 
   bucket_costs c;
   c.dense = predict_allreduce(m, ranks, b.entries * b.value_bytes) + n * m.dense_seconds_per_entry;
   c.sparse = predict_allreduce(m, ranks, b.kept * b.value_bytes) + n * m.compact_seconds_per_entry;
+  if (b.has_codec) {
+    c.sparse_coded = predict_allreduce(m, ranks, b.coded_sparse_bytes) +
+                     n * m.compact_seconds_per_entry +
+                     static_cast<double>(b.kept) * m.codec_seconds_per_entry;
+    c.dense_coded = predict_allreduce(m, ranks, b.coded_dense_bytes) +
+                    n * (m.dense_seconds_per_entry + m.codec_seconds_per_entry);
+  }
   return c;
 }
 
 struct plan_options {
-  /// A bucket goes sparse only when predicted at least this fraction faster than dense, so
-  /// that model error cannot make a step slower than dense where the gain is marginal.
+  /// A bucket leaves the plain dense path only when predicted at least this fraction faster,
+  /// so that model error cannot make a step slower than dense where the gain is marginal.
   double margin = 0.05;
   /// Buckets of fewer entries stay dense (small tensors: latency-bound either way).
   std::size_t min_sparse_entries = 4096;
@@ -88,8 +107,12 @@ struct bucket_plan {
   double predicted_dense_seconds = 0;       // if every bucket went dense
 };
 
-/// Chooses each bucket's strategy. Deterministic in its inputs, so ranks holding the same
-/// model and shapes choose the same.
+/// Chooses each bucket's strategy: the predicted fastest of dense, sparse and, for an engine
+/// with a codec, the coded sparse and dense paths, if it beats the plain dense path by the
+/// margin; otherwise plain dense. For an engine with a codec the plain choices are
+/// dense_plain and sparse_plain, the coded ones sparse and dense; without one, dense and
+/// sparse. Deterministic in its inputs, so ranks holding the same model and shapes choose
+/// the same.
 inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const bucket_shape> b,
                                 plan_options opt = {}) {
   m.validate();
@@ -105,11 +128,22 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
                                               std::to_string(s.entries) + ")");
     PACTRAIN_EXPECTS(s.value_bytes > 0, "plan_buckets: value_bytes must be positive");
     const auto c = predict(m, ranks, s);
-    const bool sparse =
-        s.entries >= opt.min_sparse_entries && c.sparse <= (1 - opt.margin) * c.dense;
-    p.strategies.push_back(sparse ? bucket_strategy::sparse : bucket_strategy::dense);
+    const auto plain_dense = s.has_codec ? bucket_strategy::dense_plain : bucket_strategy::dense;
+    const std::pair<double, bucket_strategy> candidates[] = {
+        {c.sparse, s.has_codec ? bucket_strategy::sparse_plain : bucket_strategy::sparse},
+        {c.sparse_coded, bucket_strategy::sparse},
+        {c.dense_coded, bucket_strategy::dense},
+    };
+    auto best = std::pair{c.dense, plain_dense};
+    for (const auto& k : candidates) {
+      if (k.first < best.first) best = k;
+    }
+    if (s.entries < opt.min_sparse_entries || !(best.first <= (1 - opt.margin) * c.dense)) {
+      best = {c.dense, plain_dense};
+    }
+    p.strategies.push_back(best.second);
     p.costs.push_back(c);
-    p.predicted_seconds += sparse ? c.sparse : c.dense;
+    p.predicted_seconds += best.first;
     p.predicted_dense_seconds += c.dense;
   }
   return p;
@@ -121,8 +155,15 @@ std::vector<bucket_shape> bucket_shapes(const Sync& s) {
   std::vector<bucket_shape> out;
   const auto& buckets = s.layout().buckets();
   out.reserve(buckets.size());
+  constexpr bool has_codec = !codec_traits<typename Sync::codec_type>::is_identity;
   for (std::size_t i = 0; i < buckets.size(); ++i) {
-    out.push_back({buckets[i].size, s.payload_size(i), sizeof(typename Sync::value_type)});
+    bucket_shape b{buckets[i].size, s.payload_size(i), sizeof(typename Sync::value_type)};
+    if constexpr (has_codec) {
+      b.has_codec = true;
+      b.coded_sparse_bytes = s.wire_bytes(i, bucket_strategy::sparse);
+      b.coded_dense_bytes = s.wire_bytes(i, bucket_strategy::dense);
+    }
+    out.push_back(b);
   }
   return out;
 }
@@ -155,10 +196,13 @@ double median_seconds(int reps, F&& f) {
 
 /// Collective: measures a cost model on `comm` (all ranks must call it). Times float
 /// allreduces of two sizes and solves the alpha-beta pair from them; times `compactor`'s
-/// gather + scatter and a dense scaling pass per entry; every value is the maximum over the
-/// ranks. Takes well under a second on a LAN-class link.
-template <communicator Comm, class Compactor = host_compactor>
-cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& compactor = {}) {
+/// gather + scatter and a dense scaling pass per entry and, for a codec other than the
+/// identity, encode + decode_local + decode of a payload (what a coded entry costs with error
+/// feedback); every value is the maximum over the ranks. Takes well under a second on a
+/// LAN-class link.
+template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
+cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& compactor = {},
+                     const Codec& codec = {}) {
   PACTRAIN_EXPECTS(opt.small_bytes >= sizeof(float) && opt.large_bytes > opt.small_bytes,
                    "calibrate: need 4 <= small_bytes < large_bytes");
   PACTRAIN_EXPECTS(opt.repetitions >= 1 && opt.compact_entries > 0 && opt.compact_density > 0 &&
@@ -185,13 +229,29 @@ cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& 
   const double t_scale = detail::median_seconds(opt.repetitions, [&] {
     for (std::size_t i = 0; i < n; ++i) out[i] = dense[i] * 0.25f;
   });
+  double t_codec = 0;
+  if constexpr (!codec_traits<Codec>::is_identity) {
+    using value_type = typename Codec::value_type;
+    std::vector<value_type> in(payload.size()), back(payload.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      in[i] = value_type(static_cast<float>(i % 7) * 0.125f - 0.375f);
+    }
+    std::vector<typename Codec::wire_type> wire(codec.wire_size(in.size(), comm.size()));
+    const codec_context ctx{.rank = comm.rank(), .size = comm.size(), .scale = 0.5f};
+    t_codec = detail::median_seconds(opt.repetitions, [&] {
+      codec.encode(std::span<const value_type>(in), std::span(wire), ctx);
+      codec.decode_local(std::span<const typename Codec::wire_type>(wire), std::span(back), ctx);
+      codec.decode(std::span<const typename Codec::wire_type>(wire), std::span(back), ctx);
+    });
+  }
 
-  double v[4] = {t_small, t_large, t_compact, t_scale};
+  double v[5] = {t_small, t_large, t_compact, t_scale, t_codec};
   comm.allreduce(std::span<double>(v), reduce_op::max);  // the same model on every rank
 
   cost_model m;
   m.compact_seconds_per_entry = v[2] / static_cast<double>(n);
   m.dense_seconds_per_entry = v[3] / static_cast<double>(n);
+  if (!payload.empty()) m.codec_seconds_per_entry = v[4] / static_cast<double>(payload.size());
   const int p = comm.size();
   if (p > 1) {
     // t = 2(P-1) alpha + 2(P-1)/P S beta at both sizes.

@@ -34,13 +34,35 @@
 
 namespace pactrain {
 
-/// How a bucket is synchronised. Both give the same result with the identity codec.
-///   sparse  gather kept entries, allreduce count() values, scatter;
-///   dense   allreduce the whole bucket, then zero pruned entries.
-enum class bucket_strategy : std::uint8_t { sparse, dense };
+/// How a bucket is synchronised. With the identity codec the four give the same result.
+///   sparse        gather the kept entries, encode them with the engine's codec, allreduce,
+///                 decode and scatter;
+///   dense         the whole bucket, pruned entries zeroed, encoded with the codec;
+///   sparse_plain  the kept entries as value_type, no codec: exact, and no encoding work;
+///   dense_plain   a plain allreduce of the whole bucket, then pruned entries zeroed.
+/// With the identity codec, sparse and sparse_plain are the same path, as are dense and
+/// dense_plain. The plain strategies let an engine with a codec leave some buckets uncoded
+/// (small ones, or where the link is fast enough that encoding costs more than it saves).
+enum class bucket_strategy : std::uint8_t { sparse, dense, sparse_plain, dense_plain };
 
 inline const char* to_string(bucket_strategy s) noexcept {
-  return s == bucket_strategy::sparse ? "sparse" : "dense";
+  switch (s) {
+    case bucket_strategy::sparse: return "sparse";
+    case bucket_strategy::dense: return "dense";
+    case bucket_strategy::sparse_plain: return "sparse_plain";
+    case bucket_strategy::dense_plain: return "dense_plain";
+  }
+  return "unknown";
+}
+
+/// True for the strategies that send only the kept entries.
+constexpr bool is_sparse(bucket_strategy s) noexcept {
+  return s == bucket_strategy::sparse || s == bucket_strategy::sparse_plain;
+}
+
+/// True for the strategies that bypass the codec.
+constexpr bool is_plain(bucket_strategy s) noexcept {
+  return s == bucket_strategy::sparse_plain || s == bucket_strategy::dense_plain;
 }
 
 struct sync_options {
@@ -67,16 +89,23 @@ struct sync_stats {
 ///
 /// Per bucket and step: gather the kept entries (sparse) or take the whole bucket with pruned
 /// entries zeroed (dense), add the residual (error_feedback), encode into wire elements,
-/// allreduce them with SUM, decode the mean and scatter it. The identity codec skips encode
-/// and decode: the payload itself is summed and 1/P is folded into the scatter.
+/// allreduce them with SUM, decode the mean and scatter it. The identity codec, and the
+/// plain strategies of any codec, skip encode and decode: the payload itself is summed and
+/// 1/P is folded into the scatter.
 ///
-/// Collective calls (constructor, set_masks, set_strategies, allreduce) must be made by all
-/// ranks in the same order. Input errors found before any communication throw
-/// pactrain::error and change nothing; set_masks and set_strategies include every rank's
-/// verdict in their collective, so all ranks throw together. allreduce() checks its
-/// arguments locally and adds no round to the step: when it rejects a buffer on one rank
-/// only, the other ranks wait in their collective, so the caller must then stop the job
-/// (e.g. MPI_Abort). Pass buffers of layout().total_size() entries on every rank.
+/// A step is either one call, allreduce(grads), or three phases for a trainer that overlaps
+/// the sync with its backward pass: begin_step(grads), then submit_bucket(b) as soon as
+/// bucket b's gradients are final (its collective starts at once), then finish_step(), which
+/// submits what was not submitted, waits and writes the averages back.
+///
+/// Collective calls (constructor, set_masks, set_strategies, allreduce, submit_bucket,
+/// finish_step) must be made by all ranks in the same order, buckets submitted in the same
+/// order. Input errors found before any communication throw pactrain::error and change
+/// nothing; set_masks and set_strategies include every rank's verdict in their collective,
+/// so all ranks throw together. The step calls check their arguments locally and add no
+/// round to the step: when one rank rejects a call, the other ranks wait in their
+/// collective, so the caller must then stop the job (e.g. MPI_Abort). Pass buffers of
+/// layout().total_size() entries on every rank.
 template <gradient_mask Mask, class Compactor, communicator Comm,
           class Codec = identity_codec<float>, class Feedback = no_feedback>
 class sync {
@@ -112,6 +141,11 @@ class sync {
   using value_type = typename Codec::value_type;
   using wire_type = typename Codec::wire_type;
   using plan_type = typename Compactor::plan_type;
+
+  /// True when the communicator can sum value_type, so the plain strategies are available.
+  static constexpr bool plain_supported = requires(Comm & c, std::span<value_type> v) {
+    { c.allreduce_async(v, reduce_op::sum) } -> std::same_as<typename Comm::request_type>;
+  };
 
   /// Collective: checks that all ranks hold the same layout and codec settings, that the
   /// codec suits this many ranks (e.g. ternary lanes that cannot carry), and starts with
@@ -152,13 +186,8 @@ class sync {
   /// Averages `grads` (the flat buffer of all tensors, layout.total_size() entries) across
   /// ranks in place; pruned entries come back as +0.
   void allreduce(std::span<value_type> grads) {
-    PACTRAIN_EXPECTS(grads.data() != nullptr || grads.empty(), "sync::allreduce: null buffer");
-    PACTRAIN_EXPECTS(grads.size() == layout_.total_size(),
-                     "sync::allreduce: buffer has " + std::to_string(grads.size()) +
-                         " entries, the layout " + std::to_string(layout_.total_size()));
-    views_.clear();
-    for (const auto& t : layout_.tensors()) views_.push_back(grads.subspan(t.offset, t.size));
-    run(views_);
+    begin_flat(grads, "allreduce");
+    finish_step();
   }
 
   /// As above for a pointer and a size.
@@ -170,21 +199,70 @@ class sync {
 
   /// Averages tensors held in separate buffers: one span per tensor, in layout order.
   void allreduce(std::span<const std::span<value_type>> tensors) {
-    PACTRAIN_EXPECTS(tensors.size() == layout_.tensor_count(),
-                     "sync::allreduce: " + std::to_string(tensors.size()) +
-                         " tensors given, the layout has " +
-                         std::to_string(layout_.tensor_count()));
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const auto& t = layout_.tensors()[i];
-      PACTRAIN_EXPECTS(tensors[i].data() != nullptr || tensors[i].empty(),
-                       "sync::allreduce: null buffer for tensor '" + t.name + "'");
-      PACTRAIN_EXPECTS(tensors[i].size() == t.size,
-                       "sync::allreduce: tensor '" + t.name + "' has " +
-                           std::to_string(tensors[i].size()) + " entries, the layout " +
-                           std::to_string(t.size));
-    }
-    run(tensors);
+    begin_tensors(tensors, "allreduce");
+    finish_step();
   }
+
+  /// Opens a step over `grads` (layout.total_size() entries). Nothing is sent yet; the
+  /// buffer must stay alive, and each bucket's entries untouched from its submission until
+  /// finish_step returns. Local: no communication.
+  void begin_step(std::span<value_type> grads) { begin_flat(grads, "begin_step"); }
+
+  /// Opens a step over tensors held in separate buffers (one span per tensor, in layout
+  /// order; the spans are copied, the buffers must stay alive until finish_step).
+  void begin_step(std::span<const std::span<value_type>> tensors) {
+    begin_tensors(tensors, "begin_step");
+  }
+
+  /// Collective: bucket `b`'s gradients are final; compacts and encodes them and starts its
+  /// allreduce, which then proceeds while the caller computes the next bucket's gradients.
+  /// Every rank must submit the same buckets in the same order. A codec whose scale comes
+  /// from this step (scale_source::current_max) reduces this bucket's scale first, one small
+  /// blocking allreduce; previous_max needs none after the first step.
+  void submit_bucket(std::size_t b) {
+    check_open("submit_bucket");
+    PACTRAIN_EXPECTS(b < layout_.buckets().size(), "sync::submit_bucket: bucket " +
+                                                       std::to_string(b) + " of " +
+                                                       std::to_string(layout_.buckets().size()));
+    PACTRAIN_EXPECTS(!submitted_[b], "sync::submit_bucket: bucket " + std::to_string(b) +
+                                         " was already submitted in this step");
+    guarded([&] {
+      prepare(b);
+      if constexpr (Codec::uses_scale) {
+        if (!reuse_scale_ && coded(b) && !regions_[b].empty()) reduce_scales(std::span(&b, 1));
+      }
+      send(b);
+    });
+  }
+
+  /// Collective: submits, in layout order, every bucket not yet submitted, waits for all
+  /// collectives and writes the averages back (pruned entries +0). Closes the step.
+  void finish_step() {
+    check_open("finish_step");
+    guarded([&] {
+      std::vector<std::size_t> rest;
+      for (std::size_t b = 0; b < submitted_.size(); ++b) {
+        if (!submitted_[b]) rest.push_back(b);
+      }
+      // Scales needed now: prepare the remaining buckets, reduce their scales in one round,
+      // then send.
+      for (auto b : rest) prepare(b);
+      if constexpr (Codec::uses_scale) {
+        if (!reuse_scale_) {
+          std::vector<std::size_t> need;
+          for (auto b : rest) {
+            if (coded(b) && !regions_[b].empty()) need.push_back(b);
+          }
+          if (!need.empty()) reduce_scales(need);
+        }
+      }
+      for (auto b : rest) send(b);
+      complete();
+    });
+  }
+
+  /// True between begin_step and the end of finish_step.
+  [[nodiscard]] bool step_open() const noexcept { return open_; }
 
   [[nodiscard]] const param_layout& layout() const noexcept { return layout_; }
   [[nodiscard]] const std::vector<Mask>& masks() const noexcept { return masks_; }
@@ -192,19 +270,27 @@ class sync {
   [[nodiscard]] const std::vector<bucket_strategy>& strategies() const noexcept {
     return strategies_;
   }
-  /// Payload entries sent for bucket b under the sparse strategy.
+  /// Payload entries sent for bucket b under a sparse strategy.
   [[nodiscard]] std::size_t payload_size(std::size_t b) const { return bucket_payload_.at(b); }
-  /// Wire elements bucket b sends per step under its current strategy (identity: values).
+  /// Elements bucket b sends per step under its current strategy: wire elements of the
+  /// codec, or value_type entries for the identity codec and the plain strategies.
   [[nodiscard]] std::size_t wire_size(std::size_t b) const {
+    if (plain(b)) return is_sparse(strategies_.at(b)) ? payload_size(b) : layout_.buckets()[b].size;
     return codec_.wire_size(input_size(b), comm_.size());
   }
+  /// Bytes bucket b sends per step under strategy s (what the planner weighs).
+  [[nodiscard]] std::size_t wire_bytes(std::size_t b, bucket_strategy s) const {
+    const std::size_t n = is_sparse(s) ? payload_size(b) : layout_.buckets().at(b).size;
+    if (is_identity || is_plain(s)) return n * sizeof(value_type);
+    return codec_.wire_size(n, comm_.size()) * sizeof(wire_type);
+  }
   [[nodiscard]] const Codec& codec() const noexcept { return codec_; }
-  /// The step counter the codec's random numbers use: allreduce() calls begun since
-  /// construction, or since set_step. Restore it on resume for a bit-identical continuation.
+  /// The step counter the codec's random numbers use: steps begun since construction, or
+  /// since set_step. Restore it on resume for a bit-identical continuation.
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   void set_step(std::uint64_t s) noexcept { step_ = s; }
   /// error_feedback: the residuals, codec input entries of bucket 0, 1, ... in order (empty
-  /// otherwise).
+  /// otherwise; plain buckets have none).
   [[nodiscard]] std::span<const value_type> residuals() const noexcept { return residual_; }
   [[nodiscard]] const sync_stats& stats() const noexcept { return stats_; }
   [[nodiscard]] Comm& get_communicator() noexcept { return comm_; }
@@ -214,9 +300,39 @@ class sync {
   using clock = std::chrono::steady_clock;
   using request_type = typename Comm::request_type;
 
+  static constexpr bool is_identity = codec_traits<Codec>::is_identity;
+  static constexpr bool feedback = Feedback::enabled && !is_identity;
+
   static double seconds_since(clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   }
+
+  void check_closed(const char* op) const {
+    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
+                                 ": a step is open (begun and not finished); finish it first");
+  }
+  void check_open(const char* op) const {
+    PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
+  }
+
+  // A failure inside a step (a communication error, an allocation) abandons the step, so the
+  // engine can begin another; what was already written to the buffer stays.
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      open_ = false;
+      requests_.clear();
+      throw;
+    }
+  }
+
+  // Bucket b bypasses the codec.
+  [[nodiscard]] bool plain(std::size_t b) const {
+    return is_identity || is_plain(strategies_.at(b));
+  }
+  [[nodiscard]] bool coded(std::size_t b) const { return !plain(b); }
 
   [[noreturn]] void commit_rejected(std::string reason, const char* op) {
     detail::agreement_input in;
@@ -234,12 +350,21 @@ class sync {
     std::vector<std::uint64_t> digests;
     std::vector<plan_type> plans;
     try {
+      check_closed(op);
       PACTRAIN_EXPECTS(masks.size() == layout_.tensor_count(),
                        std::to_string(masks.size()) + " masks given for " +
                            std::to_string(layout_.tensor_count()) + " tensors");
       PACTRAIN_EXPECTS(strategies.size() == layout_.buckets().size(),
                        std::to_string(strategies.size()) + " strategies given for " +
                            std::to_string(layout_.buckets().size()) + " buckets");
+      for (auto st : strategies) {
+        PACTRAIN_EXPECTS(static_cast<unsigned>(st) <= 3u,
+                         "bucket strategy " + std::to_string(static_cast<unsigned>(st)) +
+                             " is not one of sparse, dense, sparse_plain, dense_plain");
+        PACTRAIN_EXPECTS(plain_supported || is_identity || !is_plain(st),
+                         std::string("strategy ") + to_string(st) +
+                             " needs a communicator that can sum the codec's value_type");
+      }
       for (std::size_t i = 0; i < masks.size(); ++i) {
         const auto& t = layout_.tensors()[i];
         PACTRAIN_EXPECTS(masks[i].size() == t.size,
@@ -264,12 +389,13 @@ class sync {
     detail::agree(comm_, in);
 
     // Everyone agrees: commit.
+    const std::size_t nb = layout_.buckets().size();
     std::vector<std::size_t> offset(masks.size());
-    std::vector<std::size_t> per_bucket(layout_.buckets().size(), 0);
+    std::vector<std::size_t> per_bucket(nb, 0);
     std::size_t total = 0;
-    for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
+    bucket_start_.resize(nb);
+    for (std::size_t b = 0; b < nb; ++b) {
       const auto& bk = layout_.buckets()[b];
-      bucket_start_.resize(layout_.buckets().size());
       bucket_start_[b] = total;
       for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
         offset[i] = total;
@@ -286,12 +412,12 @@ class sync {
     if constexpr (!is_identity) {
       // Codec inputs and wire elements, bucket by bucket; residuals restart at zero and
       // the previous step's scales no longer describe the buckets.
-      const std::size_t nb = layout_.buckets().size();
       input_offset_.assign(nb + 1, 0);
       wire_offset_.assign(nb + 1, 0);
       for (std::size_t b = 0; b < nb; ++b) {
-        input_offset_[b + 1] = input_offset_[b] + input_size(b);
-        wire_offset_[b + 1] = wire_offset_[b] + wire_size(b);
+        const std::size_t n = input_size(b);
+        input_offset_[b + 1] = input_offset_[b] + n;
+        wire_offset_[b + 1] = wire_offset_[b] + (n == 0 ? 0 : codec_.wire_size(n, comm_.size()));
       }
       wire_.assign(wire_offset_[nb], wire_type{});
       if constexpr (feedback) residual_.assign(input_offset_[nb], value_type(0));
@@ -302,13 +428,11 @@ class sync {
     }
   }
 
-  static constexpr bool is_identity = codec_traits<Codec>::is_identity;
-  static constexpr bool feedback = Feedback::enabled && !is_identity;
-
-  // Codec input entries of bucket b: its payload (sparse) or all its entries (dense).
+  // Codec input entries of bucket b: its payload (sparse), all its entries (dense), none
+  // (plain strategies: they bypass the codec).
   [[nodiscard]] std::size_t input_size(std::size_t b) const {
-    return strategies_.at(b) == bucket_strategy::sparse ? bucket_payload_.at(b)
-                                                        : layout_.buckets().at(b).size;
+    if (plain(b)) return 0;
+    return is_sparse(strategies_.at(b)) ? bucket_payload_.at(b) : layout_.buckets().at(b).size;
   }
 
   // True when the bucket's tensors lie back to back in memory, so a dense allreduce can run
@@ -325,173 +449,158 @@ class sync {
     return std::span<value_type>(payload_).subspan(tensor_payload_offset_[i], plans_[i].count());
   }
 
-  void run(std::span<const std::span<value_type>> t) {
+  std::span<wire_type> wire_of(std::size_t b) {
+    return std::span<wire_type>(wire_).subspan(wire_offset_[b],
+                                               wire_offset_[b + 1] - wire_offset_[b]);
+  }
+
+  void begin_flat(std::span<value_type> grads, const char* op) {
+    check_closed(op);
+    PACTRAIN_EXPECTS(grads.data() != nullptr || grads.empty(),
+                     std::string("sync::") + op + ": null buffer");
+    PACTRAIN_EXPECTS(grads.size() == layout_.total_size(),
+                     std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
+                         " entries, the layout " + std::to_string(layout_.total_size()));
+    views_.clear();
+    for (const auto& t : layout_.tensors()) views_.push_back(grads.subspan(t.offset, t.size));
+    open_step();
+  }
+
+  void begin_tensors(std::span<const std::span<value_type>> tensors, const char* op) {
+    check_closed(op);
+    PACTRAIN_EXPECTS(tensors.size() == layout_.tensor_count(),
+                     std::string("sync::") + op + ": " + std::to_string(tensors.size()) +
+                         " tensors given, the layout has " +
+                         std::to_string(layout_.tensor_count()));
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = layout_.tensors()[i];
+      PACTRAIN_EXPECTS(tensors[i].data() != nullptr || tensors[i].empty(),
+                       std::string("sync::") + op + ": null buffer for tensor '" + t.name + "'");
+      PACTRAIN_EXPECTS(tensors[i].size() == t.size,
+                       std::string("sync::") + op + ": tensor '" + t.name + "' has " +
+                           std::to_string(tensors[i].size()) + " entries, the layout " +
+                           std::to_string(t.size));
+    }
+    views_.assign(tensors.begin(), tensors.end());
+    open_step();
+  }
+
+  // Step bookkeeping shared by allreduce() and the three-phase form. Every dense bucket that
+  // cannot run in place gets its own stretch of the workspace, whatever the order of
+  // submission.
+  void open_step() {
     const auto& buckets = layout_.buckets();
+    const std::size_t nb = buckets.size();
+    std::span<const std::span<value_type>> t(views_);
+    dense_ws_offset_.assign(nb, npos);
+    std::size_t needed = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (!is_sparse(strategies_[b]) && buckets[b].size != 0 && !contiguous(buckets[b], t)) {
+        dense_ws_offset_[b] = needed;
+        needed += buckets[b].size;
+      }
+    }
+    if (dense_ws_.size() < needed) dense_ws_.resize(needed);
+    requests_.clear();
+    requests_.resize(nb);
+    regions_.assign(nb, {});
+    submitted_.assign(nb, 0);
+    order_.clear();
+    order_.reserve(nb);
     sync_stats s = stats_;
     s.collectives = 0;
     s.bytes_sent = 0;
     s.dense_bytes = 0;
     s.gather_seconds = s.allreduce_seconds = s.scatter_seconds = 0;
     for (const auto& bk : buckets) s.dense_bytes += bk.size * sizeof(value_type);
-    const auto step_start = clock::now();
-    requests_.clear();
-    requests_.resize(buckets.size());
-    regions_.assign(buckets.size(), {});
-    reserve_dense_ws(t);
-
-    if constexpr (is_identity) {
-      run_identity(t, s);
-    } else {
-      run_codec(t, s);
+    step_stats_ = s;
+    step_start_ = clock::now();
+    if constexpr (Codec::uses_scale) {
+      reuse_scale_ = codec_.scale_from_previous_step() && scale_ready_;
+      if (reuse_scale_) scale_used_ = scale_;
     }
-    requests_.clear();
-
-    ++step_;
-    ++s.steps;
-    s.total_bytes_sent += s.bytes_sent;
-    s.total_seconds += seconds_since(step_start);
-    stats_ = s;
+    open_ = true;
   }
 
   // The payload of sparse bucket b, gathered from the tensors.
-  std::span<value_type> gather_bucket(std::size_t b, std::span<const std::span<value_type>> t) {
+  std::span<value_type> gather_bucket(std::size_t b) {
     const auto& bk = layout_.buckets()[b];
     for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      compactor_.gather(plans_[i], std::span<const value_type>(t[i]), tensor_payload(i));
+      compactor_.gather(plans_[i], std::span<const value_type>(views_[i]), tensor_payload(i));
     }
     return std::span<value_type>(payload_).subspan(bucket_start_[b], bucket_payload_[b]);
   }
 
-  void run_identity(std::span<const std::span<value_type>> t, sync_stats& s) {
-    const auto& buckets = layout_.buckets();
-    const value_type scale = value_type(1) / static_cast<value_type>(comm_.size());
-
-    // Phase 1: compact (or pack) each bucket and start its collective, so earlier buckets
-    // are in flight while later ones are compacted.
-    std::size_t ws_used = 0;
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      auto t0 = clock::now();
-      const auto region = strategies_[b] == bucket_strategy::sparse ? gather_bucket(b, t)
-                                                                    : dense_region(b, t, ws_used);
-      s.gather_seconds += seconds_since(t0);
-      regions_[b] = region;
-      if (region.empty()) continue;  // nothing kept: same on every rank, no collective
-      t0 = clock::now();
-      requests_[b] = comm_.allreduce_async(region, reduce_op::sum);
-      progress(0, b + 1);
-      s.allreduce_seconds += seconds_since(t0);
-      ++s.collectives;
-      s.bytes_sent += region.size() * sizeof(value_type);
-    }
-
-    // Phase 2: complete in order and expand, advancing the later buckets meanwhile.
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      auto t0 = clock::now();
-      requests_[b].wait();
-      progress(b + 1, buckets.size());
-      s.allreduce_seconds += seconds_since(t0);
-      t0 = clock::now();
-      expand_bucket(b, t, scale);
-      s.scatter_seconds += seconds_since(t0);
-    }
-  }
-
-  // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
-  // progress thread): testing the ones in flight between buckets of local work keeps their
-  // messages moving, so compaction and expansion overlap the network.
-  void progress(std::size_t from, std::size_t to) {
-    if constexpr (requires(request_type & r) {
-                    { r.test() } -> std::convertible_to<bool>;
-                  }) {
-      for (std::size_t b = from; b < to; ++b) (void)requests_[b].test();
-    }
-  }
-
-  // Writes the reduced bucket b back to the tensors, times scale, +0 at pruned entries.
-  void expand_bucket(std::size_t b, std::span<const std::span<value_type>> t, value_type scale) {
-    const auto& bk = layout_.buckets()[b];
-    std::size_t at = 0;
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      if (strategies_[b] == bucket_strategy::sparse) {
-        compactor_.scatter(plans_[i], std::span<const value_type>(tensor_payload(i)), t[i], scale);
-      } else {
-        expand_dense(i, regions_[b].subspan(at, t[i].size()), t[i], scale);
-      }
-      at += t[i].size();
-    }
-  }
-
-  // The dense strategy's region of bucket b: the user's buffer when the bucket's tensors lie
-  // back to back, else a copy in the dense workspace (advancing ws_used).
-  std::span<value_type> dense_region(std::size_t b, std::span<const std::span<value_type>> t,
-                                     std::size_t& ws_used) {
+  // The dense strategies' region of bucket b: the user's buffer when the bucket's tensors lie
+  // back to back, else a copy in the bucket's stretch of the dense workspace.
+  std::span<value_type> dense_region(std::size_t b) {
     const auto& bk = layout_.buckets()[b];
     if (bk.size == 0) return {};
-    if (contiguous(bk, t)) return std::span<value_type>(t[bk.first_tensor].data(), bk.size);
-    auto region = std::span<value_type>(dense_ws_).subspan(ws_used, bk.size);
+    if (dense_ws_offset_[b] == npos) {
+      return std::span<value_type>(views_[bk.first_tensor].data(), bk.size);
+    }
+    auto region = std::span<value_type>(dense_ws_).subspan(dense_ws_offset_[b], bk.size);
     std::size_t at = 0;
     for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      std::copy(t[i].begin(), t[i].end(), region.begin() + static_cast<std::ptrdiff_t>(at));
-      at += t[i].size();
+      std::copy(views_[i].begin(), views_[i].end(),
+                region.begin() + static_cast<std::ptrdiff_t>(at));
+      at += views_[i].size();
     }
-    ws_used += bk.size;
     return region;
   }
 
-  void reserve_dense_ws(std::span<const std::span<value_type>> t) {
-    const auto& buckets = layout_.buckets();
-    std::size_t needed = 0;
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      if (strategies_[b] == bucket_strategy::dense && buckets[b].size != 0 &&
-          !contiguous(buckets[b], t)) {
-        needed += buckets[b].size;
-      }
-    }
-    if (dense_ws_.size() < needed) dense_ws_.resize(needed);
-  }
-
-  std::span<wire_type> wire_of(std::size_t b) {
-    return std::span<wire_type>(wire_).subspan(wire_offset_[b],
-                                               wire_offset_[b + 1] - wire_offset_[b]);
-  }
-
-  // Steps of a codec bucket. prepare: the codec input (gathered payload, or the dense region
-  // with pruned entries zeroed so they cannot sway the scale or feed residuals), its local
-  // scale, plus the residual. send: encode, keep what did not get through, start the
-  // allreduce.
-  void prepare(std::size_t b, std::span<const std::span<value_type>> t, std::size_t& ws_used,
-               sync_stats& s) {
+  // First half of a bucket's submission: its input region (gathered payload, or the dense
+  // region). For a coded dense bucket the pruned entries are zeroed, so they can sway neither
+  // the scale nor the residuals; then its local scale, and the residual added.
+  void prepare(std::size_t b) {
     const auto& bk = layout_.buckets()[b];
     const auto t0 = clock::now();
-    std::span<value_type> region;
-    if (strategies_[b] == bucket_strategy::sparse) {
-      region = gather_bucket(b, t);
-    } else {
-      region = dense_region(b, t, ws_used);
-      std::size_t at = 0;
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        if (plans_[i].count() != plans_[i].size()) {
-          auto part = region.subspan(at, plans_[i].size());
-          compactor_.gather(plans_[i], std::span<const value_type>(part), tensor_payload(i));
-          compactor_.scatter(plans_[i], std::span<const value_type>(tensor_payload(i)), part,
-                             value_type(1));
+    std::span<value_type> region = is_sparse(strategies_[b]) ? gather_bucket(b) : dense_region(b);
+    if (coded(b)) {
+      if (!is_sparse(strategies_[b])) {
+        std::size_t at = 0;
+        for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+          if (plans_[i].count() != plans_[i].size()) {
+            auto part = region.subspan(at, plans_[i].size());
+            compactor_.gather(plans_[i], std::span<const value_type>(part), tensor_payload(i));
+            compactor_.scatter(plans_[i], std::span<const value_type>(tensor_payload(i)), part,
+                               value_type(1));
+          }
+          at += plans_[i].size();
         }
-        at += plans_[i].size();
+      }
+      // The scale comes from the fresh gradient: a residual that counted would feed the
+      // scale and, through the noise of a larger scale, itself. What exceeds it clips into
+      // the residual.
+      if constexpr (Codec::uses_scale) {
+        local_max_[b] = std::bit_cast<std::uint32_t>(
+            static_cast<float>(codec_.local_scale(std::span<const value_type>(region))));
+      }
+      if constexpr (feedback) {
+        const value_type* r = residual_.data() + input_offset_[b];
+        for (std::size_t k = 0; k < region.size(); ++k) region[k] += r[k];
       }
     }
-    // The scale comes from the fresh gradient: a residual that counted would feed the scale
-    // and, through the noise of a larger scale, itself. What exceeds it clips into the
-    // residual.
-    if constexpr (Codec::uses_scale) {
-      local_max_[b] = std::bit_cast<std::uint32_t>(
-          static_cast<float>(codec_.local_scale(std::span<const value_type>(region))));
-    }
-    if constexpr (feedback) {
-      const value_type* r = residual_.data() + input_offset_[b];
-      for (std::size_t k = 0; k < region.size(); ++k) region[k] += r[k];
-    }
     regions_[b] = region;
-    s.gather_seconds += seconds_since(t0);
+    submitted_[b] = 1;
+    step_stats_.gather_seconds += seconds_since(t0);
+  }
+
+  // One MAX allreduce of the listed buckets' local scales (same list on every rank); the
+  // results are this step's scales.
+  void reduce_scales(std::span<const std::size_t> buckets) {
+    if constexpr (Codec::uses_scale) {
+      const auto t0 = clock::now();
+      scale_words_.clear();
+      for (auto b : buckets) scale_words_.push_back(local_max_[b]);
+      comm_.allreduce(std::span<std::uint64_t>(scale_words_), reduce_op::max);
+      for (std::size_t k = 0; k < buckets.size(); ++k) {
+        scale_used_[buckets[k]] = std::bit_cast<float>(static_cast<std::uint32_t>(scale_words_[k]));
+      }
+      step_stats_.allreduce_seconds += seconds_since(t0);
+      ++step_stats_.collectives;
+      step_stats_.bytes_sent += scale_words_.size() * sizeof(std::uint64_t);
+    }
   }
 
   codec_context context(std::size_t b) const noexcept {
@@ -502,102 +611,123 @@ class sync {
                          .scale = scale_used_.empty() ? 0.0f : scale_used_[b]};
   }
 
-  void send(std::size_t b, sync_stats& s) {
+  // Second half of a submission: encode (coded buckets), keep what did not get through
+  // (error feedback), start the allreduce. An empty region sends nothing: region sizes
+  // follow the agreed masks, so every rank skips the same buckets.
+  void send(std::size_t b) {
+    order_.push_back(b);
     const auto region = regions_[b];
-    if (region.empty()) return;  // nothing kept: same on every rank, no collective
-    auto t0 = clock::now();
-    const auto wire = wire_of(b);
-    const codec_context ctx = context(b);
-    codec_.encode(std::span<const value_type>(region), wire, ctx);
-    if constexpr (feedback) {
-      auto r = std::span<value_type>(residual_).subspan(input_offset_[b], region.size());
-      codec_.decode_local(std::span<const wire_type>(wire), r, ctx);
-      for (std::size_t k = 0; k < r.size(); ++k) r[k] = region[k] - r[k];
+    if (region.empty()) return;
+    auto& s = step_stats_;
+    if (plain(b)) {
+      if constexpr (is_identity || plain_supported) {
+        const auto t0 = clock::now();
+        requests_[b] = comm_.allreduce_async(region, reduce_op::sum);
+        s.allreduce_seconds += seconds_since(t0);
+        s.bytes_sent += region.size_bytes();
+      }
+    } else {
+      auto t0 = clock::now();
+      const auto wire = wire_of(b);
+      const codec_context ctx = context(b);
+      codec_.encode(std::span<const value_type>(region), wire, ctx);
+      if constexpr (feedback) {
+        auto r = std::span<value_type>(residual_).subspan(input_offset_[b], region.size());
+        codec_.decode_local(std::span<const wire_type>(wire), r, ctx);
+        for (std::size_t k = 0; k < r.size(); ++k) r[k] = region[k] - r[k];
+      }
+      s.gather_seconds += seconds_since(t0);
+      t0 = clock::now();
+      requests_[b] = comm_.allreduce_async(wire, reduce_op::sum);
+      s.allreduce_seconds += seconds_since(t0);
+      s.bytes_sent += wire.size_bytes();
     }
-    s.gather_seconds += seconds_since(t0);
-    t0 = clock::now();
-    requests_[b] = comm_.allreduce_async(wire, reduce_op::sum);
-    s.allreduce_seconds += seconds_since(t0);
     ++s.collectives;
-    s.bytes_sent += wire.size_bytes();
+    progress(0);
   }
 
-  void run_codec(std::span<const std::span<value_type>> t, sync_stats& s) {
-    const auto& buckets = layout_.buckets();
-    const std::size_t nb = buckets.size();
-    bool any = false;  // the same on every rank: region sizes follow the agreed masks
-    for (std::size_t b = 0; b < nb; ++b) any = any || input_size(b) != 0;
+  // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
+  // progress thread): testing the ones in flight between buckets of local work keeps their
+  // messages moving, so compaction and expansion overlap the network. Tests the buckets
+  // submitted from position `from` on.
+  void progress(std::size_t from) {
+    if constexpr (requires(request_type & r) {
+                    { r.test() } -> std::convertible_to<bool>;
+                  }) {
+      for (std::size_t k = from; k < order_.size(); ++k) (void)requests_[order_[k]].test();
+    }
+  }
 
-    // Phase 1: prepare and send each bucket, so earlier buckets are in flight while later
-    // ones are prepared; a codec whose scale is needed now prepares all buckets, reduces
-    // their scales in one small MAX allreduce and only then sends.
-    std::size_t ws_used = 0;
+  // Waits for the buckets in submission order and writes them back; starts and completes
+  // the reduction of next step's scales (previous_max) alongside; closes the step.
+  void complete() {
+    auto& s = step_stats_;
+    const value_type inv_p = value_type(1) / static_cast<value_type>(comm_.size());
     request_type scale_request;
     bool scale_pending = false;
     if constexpr (Codec::uses_scale) {
-      const bool reuse = codec_.scale_from_previous_step() && scale_ready_;
-      if (reuse) {
-        scale_used_ = scale_;
-        for (std::size_t b = 0; b < nb; ++b) {
-          prepare(b, t, ws_used, s);
-          send(b, s);
-        }
-        if (any) {  // next step's scales, reduced while this step's data is in flight
-          const auto t0 = clock::now();
-          scale_request =
-              comm_.allreduce_async(std::span<std::uint64_t>(local_max_), reduce_op::max);
-          s.allreduce_seconds += seconds_since(t0);
-          ++s.collectives;
-          s.bytes_sent += local_max_.size() * sizeof(std::uint64_t);
-          scale_pending = true;
-        }
-      } else {
-        for (std::size_t b = 0; b < nb; ++b) prepare(b, t, ws_used, s);
-        if (any) {
-          const auto t0 = clock::now();
-          comm_.allreduce(std::span<std::uint64_t>(local_max_), reduce_op::max);
-          s.allreduce_seconds += seconds_since(t0);
-          ++s.collectives;
-          s.bytes_sent += local_max_.size() * sizeof(std::uint64_t);
-        }
-        for (std::size_t b = 0; b < nb; ++b) {
-          scale_used_[b] = std::bit_cast<float>(static_cast<std::uint32_t>(local_max_[b]));
-        }
-        for (std::size_t b = 0; b < nb; ++b) send(b, s);
-        if (codec_.scale_from_previous_step()) {
-          scale_ = scale_used_;
-          scale_ready_ = true;
-        }
-      }
-    } else {
-      for (std::size_t b = 0; b < nb; ++b) {
-        prepare(b, t, ws_used, s);
-        send(b, s);
-        progress(0, b + 1);
+      bool any = false;  // the same on every rank: input sizes follow the agreed masks
+      for (std::size_t b = 0; b < layout_.buckets().size(); ++b) any = any || input_size(b) != 0;
+      if (reuse_scale_ && any) {  // next step's scales, reduced while this step's data moves
+        const auto t0 = clock::now();
+        scale_request = comm_.allreduce_async(std::span<std::uint64_t>(local_max_), reduce_op::max);
+        s.allreduce_seconds += seconds_since(t0);
+        ++s.collectives;
+        s.bytes_sent += local_max_.size() * sizeof(std::uint64_t);
+        scale_pending = true;
       }
     }
-
-    // Phase 2: complete in order, decode the mean and expand.
-    for (std::size_t b = 0; b < nb; ++b) {
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const std::size_t b = order_[k];
       auto t0 = clock::now();
       requests_[b].wait();
-      progress(b + 1, nb);
+      progress(k + 1);
       s.allreduce_seconds += seconds_since(t0);
       t0 = clock::now();
-      const auto region = regions_[b];
-      if (!region.empty()) {
-        codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
+      if (plain(b)) {
+        expand_bucket(b, inv_p);
+      } else {
+        if (!regions_[b].empty()) {
+          codec_.decode(std::span<const wire_type>(wire_of(b)), regions_[b], context(b));
+        }
+        expand_bucket(b, value_type(1));  // decode gave the mean
       }
-      expand_bucket(b, t, value_type(1));  // decode gave the mean
       s.scatter_seconds += seconds_since(t0);
     }
-    if (scale_pending) {
-      const auto t0 = clock::now();
-      scale_request.wait();
-      s.allreduce_seconds += seconds_since(t0);
-      for (std::size_t b = 0; b < nb; ++b) {
-        scale_[b] = std::bit_cast<float>(static_cast<std::uint32_t>(local_max_[b]));
+    if constexpr (Codec::uses_scale) {
+      if (scale_pending) {
+        const auto t0 = clock::now();
+        scale_request.wait();
+        s.allreduce_seconds += seconds_since(t0);
+        for (std::size_t b = 0; b < local_max_.size(); ++b) {
+          scale_[b] = std::bit_cast<float>(static_cast<std::uint32_t>(local_max_[b]));
+        }
+      } else if (!reuse_scale_ && codec_.scale_from_previous_step()) {
+        scale_ = scale_used_;
+        scale_ready_ = true;
       }
+    }
+    requests_.clear();
+    open_ = false;
+    ++step_;
+    ++s.steps;
+    s.total_bytes_sent += s.bytes_sent;
+    s.total_seconds += seconds_since(step_start_);
+    stats_ = s;
+  }
+
+  // Writes the reduced bucket b back to the tensors, times scale, +0 at pruned entries.
+  void expand_bucket(std::size_t b, value_type scale) {
+    const auto& bk = layout_.buckets()[b];
+    std::size_t at = 0;
+    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+      if (is_sparse(strategies_[b])) {
+        compactor_.scatter(plans_[i], std::span<const value_type>(tensor_payload(i)), views_[i],
+                           scale);
+      } else {
+        expand_dense(i, regions_[b].subspan(at, views_[i].size()), views_[i], scale);
+      }
+      at += views_[i].size();
     }
   }
 
@@ -614,6 +744,8 @@ class sync {
     compactor_.scatter(plans_[i], std::span<const value_type>(tensor_payload(i)), dst, scale);
   }
 
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
   Comm comm_;
   param_layout layout_;
   Compactor compactor_;
@@ -626,19 +758,28 @@ class sync {
   std::vector<std::size_t> bucket_payload_;         // entries per bucket
   std::vector<value_type> payload_;
   std::vector<value_type> dense_ws_;
-  std::vector<std::span<value_type>> views_;
-  std::vector<std::span<value_type>> regions_;
-  std::vector<request_type> requests_;
   sync_stats stats_;
   std::uint64_t step_ = 0;
+  // The open step.
+  bool open_ = false;
+  std::vector<std::span<value_type>> views_;    // the step's tensors
+  std::vector<std::span<value_type>> regions_;  // per bucket: what its collective covers
+  std::vector<request_type> requests_;          // per bucket
+  std::vector<std::uint8_t> submitted_;         // per bucket
+  std::vector<std::size_t> order_;              // buckets in order of submission
+  std::vector<std::size_t> dense_ws_offset_;    // per bucket: its stretch of dense_ws_
+  sync_stats step_stats_;
+  clock::time_point step_start_{};
+  bool reuse_scale_ = false;  // previous_max scales in force this step
   // Codec state (unused by the identity codec), laid out bucket by bucket.
   std::vector<std::size_t> input_offset_;  // codec input entries before bucket b
   std::vector<std::size_t> wire_offset_;   // wire elements before bucket b
   std::vector<wire_type> wire_;
-  std::vector<value_type> residual_;      // error_feedback
-  std::vector<std::uint64_t> local_max_;  // bits of each bucket's scale (non-negative float)
-  std::vector<float> scale_;              // previous_max: the last step's global scales
-  std::vector<float> scale_used_;         // this step's scales
+  std::vector<value_type> residual_;        // error_feedback
+  std::vector<std::uint64_t> local_max_;    // bits of each bucket's scale (non-negative float)
+  std::vector<std::uint64_t> scale_words_;  // a scale round's buffer
+  std::vector<float> scale_;                // previous_max: the last step's global scales
+  std::vector<float> scale_used_;           // this step's scales
   bool scale_ready_ = false;
 };
 

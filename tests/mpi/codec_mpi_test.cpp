@@ -65,7 +65,7 @@ std::vector<float> bucket_input(const param_layout& l, const std::vector<bitmap_
     for (std::size_t j = 0; j < t.size; ++j) {
       if (masks[i].test(j)) {
         in.push_back(g[t.offset + j]);
-      } else if (st == bucket_strategy::dense) {
+      } else if (!is_sparse(st)) {
         in.push_back(0.0f);
       }
     }
@@ -84,7 +84,7 @@ void scatter_bucket(const param_layout& l, const std::vector<bitmap_mask>& masks
     for (std::size_t j = 0; j < t.size; ++j) {
       const bool kept = masks[i].test(j);
       g[t.offset + j] = kept ? out[k] : 0.0f;
-      k += kept || st == bucket_strategy::dense;
+      k += kept || !is_sparse(st);
     }
   }
 }
@@ -99,7 +99,15 @@ struct ternary_reference {
   std::vector<float> previous_scale;
 
   std::vector<float> step(const std::vector<bitmap_mask>& masks, bucket_strategy st,
-                          std::uint64_t step, std::uint64_t seed, bool first) {
+                          std::uint64_t at, std::uint64_t seed, bool first) {
+    return step(masks, std::vector<bucket_strategy>(l.buckets().size(), st), at, seed, first);
+  }
+
+  // Per-bucket strategies: plain buckets are the exact mean of the masked values, which
+  // test::values makes exactly summable.
+  std::vector<float> step(const std::vector<bitmap_mask>& masks,
+                          const std::vector<bucket_strategy>& strategies, std::uint64_t step,
+                          std::uint64_t seed, bool first) {
     const std::size_t nb = l.buckets().size();
     if (first) {
       residual.assign(p, std::vector<std::vector<float>>(nb));
@@ -107,6 +115,19 @@ struct ternary_reference {
     }
     std::vector<float> result(l.total_size(), 0.0f);
     for (std::size_t b = 0; b < nb; ++b) {
+      const bucket_strategy st = strategies[b];
+      if (is_plain(st)) {
+        std::vector<float> sum;
+        for (int r = 0; r < p; ++r) {
+          const auto in = bucket_input(l, masks, test::values<float>(l.total_size(), seed, r), b,
+                                       bucket_strategy::sparse);
+          sum.resize(in.size(), 0.0f);
+          for (std::size_t k = 0; k < in.size(); ++k) sum[k] += in[k];
+        }
+        for (auto& v : sum) v *= 1.0f / static_cast<float>(p);
+        scatter_bucket(l, masks, sum, b, bucket_strategy::sparse, result);
+        continue;
+      }
       std::vector<std::vector<float>> in(p);
       float mx = 0;
       for (int r = 0; r < p; ++r) {
@@ -247,10 +268,18 @@ TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for b
             }
             std::size_t words = 0;
             for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
-            std::size_t kept = 0;
-            for (const auto& m : masks) kept += m.count();
-            const bool any = strategy == bucket_strategy::dense || kept > 0;
-            CHECK(s.stats().bytes_sent == words * 4 + (any ? 8 * l.buckets().size() : 0));
+            // The last step's scales: previous_max reduces every bucket's word alongside the
+            // data; current_max one word per bucket with input, before encoding.
+            std::size_t with_input = 0;
+            for (std::size_t b = 0; b < l.buckets().size(); ++b) {
+              with_input += (strategy == bucket_strategy::sparse ? s.payload_size(b)
+                                                                 : l.buckets()[b].size) != 0;
+            }
+            const std::size_t scale_words = with_input == 0 ? 0
+                                            : source == scale_source::previous_max
+                                                ? l.buckets().size()
+                                                : with_input;
+            CHECK(s.stats().bytes_sent == words * 4 + 8 * scale_words);
           };
           if (feedback) {
             run(fb);
@@ -295,4 +324,100 @@ TEST_CASE("codec settings that differ across ranks are rejected on every rank") 
     sync_t s{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, ternary_codec{{.lane_bits = 2}}};
   });
   CHECK(carry.find("would carry") != std::string::npos);
+}
+
+TEST_CASE("a codec engine mixes plain and coded buckets, each exact against its reference") {
+  const auto l = test_layout(2000);
+  const std::size_t nb = l.buckets().size();
+  const bucket_strategy cycle[] = {bucket_strategy::sparse_plain, bucket_strategy::sparse,
+                                   bucket_strategy::dense_plain, bucket_strategy::dense};
+  for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+    CAPTURE(to_string(source));
+    const ternary_codec codec{{.seed = 5, .scale = source}};
+    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback> s{
+        mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+    for (double d : {0.0, 0.3, 1.0}) {
+      CAPTURE(d);
+      for (std::size_t shift = 0; shift < 4; ++shift) {
+        std::vector<bucket_strategy> st(nb);
+        for (std::size_t b = 0; b < nb; ++b) st[b] = cycle[(b + shift) % 4];
+        const auto masks = test::masks_for<bitmap_mask>(l, d, 300 + shift);
+        s.set_masks(masks);
+        s.set_strategies(st);
+        ternary_reference ref{l, codec, true, world_size(), {}, {}};
+        for (int k = 0; k < 3; ++k) {
+          const std::uint64_t seed = 90 + static_cast<std::uint64_t>(k);
+          const auto want = ref.step(masks, st, s.step(), seed, k == 0);
+          auto g = test::values<float>(l.total_size(), seed, world_rank());
+          s.allreduce(std::span<float>(g));
+          CHECK(bad_entries(g, want) == 0);
+        }
+        // Plain buckets send value_type entries, coded ones wire words.
+        std::size_t bytes = 0;
+        std::size_t coded_with_input = 0;
+        for (std::size_t b = 0; b < nb; ++b) {
+          bytes += s.wire_bytes(b, st[b]);
+          if (!is_plain(st[b])) {
+            coded_with_input += (is_sparse(st[b]) ? s.payload_size(b) : l.buckets()[b].size) != 0;
+            CHECK(s.wire_bytes(b, st[b]) == s.wire_size(b) * 4);
+          } else {
+            CHECK(s.wire_bytes(b, st[b]) == s.wire_size(b) * sizeof(float));
+          }
+        }
+        const std::size_t scale_words = coded_with_input == 0                  ? 0
+                                        : source == scale_source::previous_max ? nb
+                                                                               : coded_with_input;
+        CHECK(s.stats().bytes_sent == bytes + 8 * scale_words);
+      }
+    }
+  }
+}
+
+// The three-phase step against allreduce(): buckets handed over one by one, in reverse order
+// (as backward produces them), some left for finish_step, give the same bits.
+template <class Codec, class Feedback>
+void check_submission_orders(Codec codec) {
+  const auto l = test_layout(700);
+  const std::size_t nb = l.buckets().size();
+  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, Codec, Feedback>;
+  sync_t whole{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+  sync_t parts{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+  for (double d : {0.0, 0.2, 1.0}) {
+    CAPTURE(d);
+    const auto masks = test::masks_for<bitmap_mask>(l, d, 400);
+    std::vector<bucket_strategy> st(nb, bucket_strategy::sparse);
+    for (std::size_t b = 1; b < nb; b += 3) st[b] = bucket_strategy::dense;
+    for (auto* s : {&whole, &parts}) {
+      s->set_masks(masks);
+      s->set_strategies(st);
+    }
+    for (int k = 0; k < 4; ++k) {
+      CAPTURE(k);
+      auto g =
+          test::values<float>(l.total_size(), 500 + static_cast<std::uint64_t>(k), world_rank());
+      auto h = g;
+      whole.allreduce(std::span<float>(g));
+      parts.begin_step(std::span<float>(h));
+      CHECK(parts.step_open());
+      // Reverse order; every third bucket is left to finish_step.
+      for (std::size_t b = nb; b-- > 0;) {
+        if (b % 3 != static_cast<std::size_t>(k) % 3) parts.submit_bucket(b);
+      }
+      parts.finish_step();
+      CHECK_FALSE(parts.step_open());
+      CHECK(bad_entries(g, h) == 0);
+      CHECK(parts.stats().steps == whole.stats().steps);
+      CHECK(parts.step() == whole.step());
+    }
+  }
+}
+
+TEST_CASE("buckets submitted one by one give the bits of allreduce") {
+  check_submission_orders<identity_codec<float>, no_feedback>({});
+  check_submission_orders<fp16_codec, no_feedback>({});
+  for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+    CAPTURE(to_string(source));
+    check_submission_orders<ternary_codec, error_feedback>(
+        ternary_codec{{.seed = 8, .scale = source}});
+  }
 }

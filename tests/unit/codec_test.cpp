@@ -314,7 +314,16 @@ TEST_CASE("one rank: ternary sync sends t * s at kept entries and +0 elsewhere")
                                     (s.payload_size(2) + 15) / 16
                               : (l.buckets()[0].size + 15) / 16 + (l.buckets()[1].size + 15) / 16 +
                                     (l.buckets()[2].size + 15) / 16));
-          const std::size_t scale_bytes = entries == 0 ? 0 : 8 * l.buckets().size();
+          // Scales: one word per bucket with input, reduced before encoding; previous_max
+          // reduces every bucket's word alongside the data once it has last step's scales.
+          std::size_t with_input = 0;
+          for (std::size_t b = 0; b < l.buckets().size(); ++b) {
+            with_input += (strategy == bucket_strategy::sparse ? s.payload_size(b)
+                                                               : l.buckets()[b].size) != 0;
+          }
+          const bool reused = source == scale_source::previous_max && step == 1;
+          const std::size_t scale_bytes =
+              entries == 0 ? 0 : 8 * (reused ? l.buckets().size() : with_input);
           CHECK(s.stats().bytes_sent == words * 4 + scale_bytes);
         }
       }

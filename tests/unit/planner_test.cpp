@@ -132,3 +132,67 @@ TEST_CASE("calibration on one rank, and a plan applied to a sync engine") {
   CHECK(s.strategies() == p.strategies);
   CHECK(s.strategies()[0] == bucket_strategy::sparse);
 }
+
+TEST_CASE("with a codec the planner weighs the coded paths against the plain ones") {
+  // 90% sparsity; ternary at 4 ranks: 8 lanes per word, so a coded entry costs 0.5 bytes.
+  auto coded = [](std::size_t entries, std::size_t kept) {
+    return bucket_shape{entries, kept, 4, true, (kept + 7) / 8 * 4, (entries + 7) / 8 * 4};
+  };
+  const std::vector<bucket_shape> b = {coded(25'000'000, 2'500'000), coded(1000, 100),
+                                       coded(25'000'000, 25'000'000)};
+  auto m = slow_link();
+  m.codec_seconds_per_entry = 2e-9;
+  const auto c = predict(m, 4, b[0]);
+  // Coded: 1.25 MB on the wire plus 2 ns per kept entry, on top of the compaction.
+  CHECK(c.sparse_coded == doctest::Approx(6 * m.latency + 1.5 * 1'250'000 * m.seconds_per_byte +
+                                          25e6 * m.compact_seconds_per_entry + 2.5e6 * 2e-9));
+  CHECK(c.dense_coded == doctest::Approx(predict_allreduce(m, 4, 12'500'000) +
+                                         25e6 * (m.dense_seconds_per_entry + 2e-9)));
+  // Slow link: the least bytes win; a small bucket stays plain dense.
+  auto p = plan_buckets(m, 4, b);
+  CHECK(p.strategies[0] == bucket_strategy::sparse);  // sparse through the codec
+  CHECK(p.strategies[1] == bucket_strategy::dense_plain);
+  CHECK(p.strategies[2] == bucket_strategy::dense);  // nothing pruned: coded dense
+  // Encoding so slow that it does not pay: plain sparse.
+  m.codec_seconds_per_entry = 200e-9;
+  p = plan_buckets(m, 4, b);
+  CHECK(p.strategies[0] == bucket_strategy::sparse_plain);
+  CHECK(p.strategies[2] == bucket_strategy::dense_plain);
+  // A fast link: plain dense everywhere.
+  auto f = fast_link();
+  f.codec_seconds_per_entry = 2e-9;
+  CHECK(plan_buckets(f, 4, b).strategies ==
+        std::vector<bucket_strategy>(3, bucket_strategy::dense_plain));
+  // Without a codec the coded paths cost nothing to consider: they are infinite.
+  const auto plain = predict(m, 4, {1000, 100, 4});
+  CHECK(plain.sparse_coded == std::numeric_limits<double>::infinity());
+  CHECK(plain.dense_coded == std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("calibration with a codec, and shapes of a codec engine") {
+  loopback_communicator comm;
+  const auto m =
+      calibrate(comm, {.large_bytes = 1 << 16, .compact_entries = 1 << 14, .repetitions = 2},
+                host_compactor{}, ternary_codec{});
+  CHECK(m.codec_seconds_per_entry > 0.0);
+  const auto plain =
+      calibrate(comm, {.large_bytes = 1 << 16, .compact_entries = 1 << 14, .repetitions = 2});
+  CHECK(plain.codec_seconds_per_entry == 0.0);
+
+  param_layout l(5000);
+  l.add("big", 100, 100).add("small", 50);
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec> s{comm, l};
+  s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
+  const auto shapes = bucket_shapes(s);
+  REQUIRE(shapes.size() == 2);
+  CHECK(shapes[0].has_codec);
+  // One rank: lanes of 2 bits, 16 per word.
+  CHECK(shapes[0].coded_sparse_bytes == (s.payload_size(0) + 15) / 16 * 4);
+  CHECK(shapes[0].coded_dense_bytes == (10000 + 15) / 16 * 4);
+  auto slow = slow_link();
+  slow.codec_seconds_per_entry = 1e-9;
+  const auto p = plan_buckets(slow, 4, shapes);
+  s.set_strategies(p.strategies);
+  CHECK(s.strategies()[0] == bucket_strategy::sparse);
+  CHECK(s.strategies()[1] == bucket_strategy::dense_plain);
+}

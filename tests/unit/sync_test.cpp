@@ -6,6 +6,7 @@
 
 #include "../common/test_data.hpp"
 
+#include <string>
 #include <vector>
 
 using namespace pactrain;
@@ -132,4 +133,101 @@ TEST_CASE("the engine's compile-time rules") {
   static_assert(!gradient_mask<int>);
   static_assert(compactor_for<host_compactor, index_mask, double>);
   static_assert(!compactor_for<host_compactor, bitmap_mask, int>);
+}
+
+TEST_CASE("the plain strategies of the identity codec are its sparse and dense paths") {
+  const auto l = test::small_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 9);
+  s.set_masks(masks);
+  std::size_t kept = 0;
+  for (const auto& m : masks) kept += m.count();
+  for (auto st : {bucket_strategy::sparse_plain, bucket_strategy::dense_plain}) {
+    CAPTURE(to_string(st));
+    s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), st));
+    auto g = test::values<float>(l.total_size(), 4);
+    const auto want = test::masked(l, masks, g);
+    s.allreduce(std::span<float>(g));
+    CHECK(g == want);
+    CHECK(s.stats().bytes_sent ==
+          (st == bucket_strategy::sparse_plain ? kept : l.total_size()) * sizeof(float));
+  }
+  CHECK(is_sparse(bucket_strategy::sparse_plain));
+  CHECK_FALSE(is_sparse(bucket_strategy::dense_plain));
+  CHECK(is_plain(bucket_strategy::dense_plain));
+  CHECK_FALSE(is_plain(bucket_strategy::sparse));
+  CHECK(std::string(to_string(bucket_strategy::dense_plain)) == "dense_plain");
+}
+
+TEST_CASE("a step in three phases: begin, submit buckets, finish") {
+  const auto l = test::small_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 11);
+  s.set_masks(masks);
+  s.set_strategies({bucket_strategy::sparse, bucket_strategy::dense, bucket_strategy::sparse});
+  auto g = test::values<float>(l.total_size(), 6);
+  const auto want = test::masked(l, masks, g);
+
+  // Out of a step.
+  CHECK_THROWS_WITH_AS(s.submit_bucket(0), doctest::Contains("no step is open"), error);
+  CHECK_THROWS_WITH_AS(s.finish_step(), doctest::Contains("no step is open"), error);
+  std::vector<float> shorter(l.total_size() - 1);
+  CHECK_THROWS_WITH_AS(s.begin_step(std::span<float>(shorter)),
+                       doctest::Contains("sync::begin_step: buffer has 783 entries"), error);
+  CHECK_FALSE(s.step_open());
+
+  s.begin_step(std::span<float>(g));
+  CHECK(s.step_open());
+  // Inside a step: nothing else may start, and a bad call changes nothing.
+  CHECK_THROWS_WITH_AS(s.begin_step(std::span<float>(g)), doctest::Contains("a step is open"),
+                       error);
+  CHECK_THROWS_WITH_AS(s.allreduce(std::span<float>(g)), doctest::Contains("a step is open"),
+                       error);
+  CHECK_THROWS_WITH_AS(s.set_masks(masks), doctest::Contains("a step is open"), error);
+  CHECK_THROWS_WITH_AS(s.submit_bucket(3), doctest::Contains("bucket 3 of 3"), error);
+  s.submit_bucket(2);
+  CHECK_THROWS_WITH_AS(s.submit_bucket(2), doctest::Contains("already submitted"), error);
+  s.submit_bucket(0);
+  CHECK(s.step_open());
+  s.finish_step();  // submits bucket 1
+  CHECK_FALSE(s.step_open());
+  CHECK(g == want);
+  CHECK(s.stats().steps == 1);
+  CHECK(s.stats().collectives == 3);
+  CHECK(s.masks() == masks);
+
+  // Tensors in separate buffers; nothing submitted before finish.
+  std::vector<std::vector<float>> bufs;
+  for (const auto& t : l.tensors()) bufs.push_back(test::values<float>(t.size, t.size + 1));
+  std::vector<std::span<float>> views;
+  for (auto& b : bufs) views.emplace_back(b);
+  s.begin_step(std::span<const std::span<float>>(views));
+  views.clear();  // the engine keeps its own copy of the spans
+  s.finish_step();
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    const auto v = test::values<float>(l.tensor(i).size, l.tensor(i).size + 1);
+    for (std::size_t j = 0; j < v.size(); ++j)
+      CHECK(bufs[i][j] == (masks[i].test(j) ? v[j] : 0.0f));
+  }
+}
+
+TEST_CASE("a codec engine rejects plain strategies only when the communicator cannot sum values") {
+  const auto l = test::small_layout();
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec> s{
+      loopback_communicator{}, l};
+  static_assert(decltype(s)::plain_supported);
+  s.set_strategies(
+      {bucket_strategy::dense_plain, bucket_strategy::sparse, bucket_strategy::sparse_plain});
+  auto g = test::values<float>(l.total_size(), 7);
+  const auto want = test::masked(l, s.masks(), g);
+  s.allreduce(std::span<float>(g));
+  // On one rank, plain buckets come back exact.
+  for (std::size_t b : {0u, 2u}) {
+    const auto& bk = l.buckets()[b];
+    for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) CHECK(g[i] == want[i]);
+  }
+  CHECK(s.residuals().empty());  // no feedback: no residuals
+  CHECK_THROWS_WITH_AS(s.set_strategies({bucket_strategy::dense, bucket_strategy::dense,
+                                         static_cast<bucket_strategy>(7)}),
+                       doctest::Contains("is not one of sparse, dense"), error);
 }
