@@ -30,6 +30,9 @@
 //   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]
 //   --summary PATH            write a JSON summary (accuracies as fractions in [0, 1])
 //   --seed N                  initialisation and shuffling seed [1]
+//   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
+//                             backward has produced them (submit_bucket); off: one
+//                             sync.allreduce after backward; the same bits either way [on]
 #include "fmnist/idx.hpp"
 #include "fmnist/mlp.hpp"
 #include "fmnist/trainer.hpp"
@@ -69,7 +72,8 @@ constexpr const char* usage =
     "       [--batch B] [--lr X] [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] "
     "[--prune-window A,B]\n"
     "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
-    "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]";
+    "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
+    "       [--overlap on|off]";
 
 double to_double(const std::string& flag, const std::string& v) {
   std::size_t used = 0;
@@ -162,6 +166,10 @@ options parse(int argc, char** argv) {
       o.summary = v;
     } else if (a == "--seed") {
       o.cfg.seed = to_count(a, v);
+    } else if (a == "--overlap") {
+      if (v != "on" && v != "off")
+        throw pactrain::error("--overlap: expected on or off, got '" + v + "'");
+      o.cfg.overlap = v == "on";
     } else {
       throw pactrain::error("unknown option '" + a + "'\n" + usage);
     }
@@ -275,7 +283,8 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
     << ", \"target_sparsity\": " << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start)
     << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
     << ", \"scope\": \"" << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
-    << "\", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
+    << "\", \"overlap\": " << (cfg.overlap ? "true" : "false")
+    << ", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
   for (const auto& r : runs) j << "  \"" << r.name << "\": " << run_json(r.result, "  ") << ",\n";
   // Against dense: accuracy_gap_points and bytes_ratio for sparse, ternary_* for ternary.
   const auto* dense = find_run(runs, "dense");

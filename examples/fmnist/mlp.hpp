@@ -113,8 +113,13 @@ class mlp {
 
   /// Forward and backward on a batch of n samples (x: n x inputs(), row-major; labels in
   /// 0..classes()-1). Writes the gradient of the mean loss into grads() and returns the mean
-  /// softmax cross-entropy.
-  float train_batch(const float* x, const std::uint8_t* labels, std::size_t n) {
+  /// softmax cross-entropy. `layer_done(k)` is called as soon as layer k's weight and bias
+  /// gradients are final (last layer first), so a trainer can start their sync while the
+  /// earlier layers' gradients are computed.
+  template <class LayerDone = void (*)(std::size_t)>
+  float train_batch(
+      const float* x, const std::uint8_t* labels, std::size_t n,
+      LayerDone&& layer_done = [](std::size_t) {}) {
     PACTRAIN_EXPECTS(n > 0, "mlp::train_batch: empty batch");
     forward(x, n);
     const std::size_t last = layers() - 1;
@@ -137,6 +142,7 @@ class mlp {
       const_matrix_map in = input_of(k, x, n);
       weight_map(grads_, k).noalias() = z_[k].transpose() * in;
       column_sums(z_[k], bias_map(grads_, k));
+      layer_done(k);
       if (k == 0) break;
       // dA_{k-1} = dZ_k W_k, then through the ReLU: zero where the activation was zero.
       z_[k - 1].noalias() = z_[k] * weight_map(params_, k);

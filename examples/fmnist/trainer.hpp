@@ -62,6 +62,10 @@ struct train_config {
   // How kept entries travel: as float, or as ternary lanes (pactrain::ternary_codec, scale
   // from a MAX allreduce, stochastic rounding seeded from `seed`) with error feedback.
   bool ternary = false;
+  // Hand each bucket to the sync engine as soon as backward has produced it (begin_step,
+  // submit_bucket, finish_step), so its allreduce overlaps the earlier layers' backward;
+  // false: one sync.allreduce after backward. Both give the same bits.
+  bool overlap = true;
 };
 
 /// Per-epoch progress (every rank has the same values).
@@ -262,11 +266,28 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
           yb[b] = y_train[i];
         }
-        loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
-
-        const auto t0 = std::chrono::steady_clock::now();
-        sync.allreduce(model.grads());
-        epoch_sync += detail::seconds_since(t0);
+        if (cfg.overlap) {
+          // Layer k's tensors are 2k and 2k+1, and backward finishes the layers last to first:
+          // after layer k, every bucket whose first tensor is at or after 2k is final.
+          sync.begin_step(model.grads());
+          const auto& buckets = sync.layout().buckets();
+          std::size_t pending = buckets.size();  // buckets [pending, end) are submitted
+          loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch, [&](std::size_t k) {
+            const auto t0 = std::chrono::steady_clock::now();
+            while (pending > 0 && buckets[pending - 1].first_tensor >= 2 * k) {
+              sync.submit_bucket(--pending);
+            }
+            epoch_sync += detail::seconds_since(t0);
+          });
+          const auto t0 = std::chrono::steady_clock::now();
+          sync.finish_step();
+          epoch_sync += detail::seconds_since(t0);
+        } else {
+          loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
+          const auto t0 = std::chrono::steady_clock::now();
+          sync.allreduce(model.grads());
+          epoch_sync += detail::seconds_since(t0);
+        }
 
         opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps));
 
