@@ -60,7 +60,7 @@ def modelled(r):
 
 def ternary(f, lo, hi):
     """The minimum of a convex function on [lo, hi]."""
-    for _ in range(100):
+    for _ in range(60):  # (2/3)^60: far below any digit reported
         m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
         if f(m1) <= f(m2):
             hi = m2
@@ -69,20 +69,36 @@ def ternary(f, lo, hi):
     return (lo + hi) / 2
 
 
-def fit(points, alpha):
-    """(beta, gamma) >= 0 minimising the largest relative error over the points
-    (a, b, x, c, m): prediction alpha*a + beta*b + gamma*b*x + c (x the ranks in excess of one
-    per core, c the measured local work) against the measured time m. The largest error is
-    convex in (beta, gamma), and so is its minimum over beta for each gamma, so nested
-    ternary searches find the minimax fit."""
-    def worst(beta, gamma):
-        return max(abs(alpha * a + beta * b + gamma * b * x + c - m) / m
-                   for a, b, x, c, m in points)
+def model_time(model, a, b, x, c):
+    """alpha*a + (beta + gamma*x)*b + c - phi*min(c, beta*b) + delta: the latency and byte
+    terms, the local work c, of which the share phi hides behind the communication (the
+    engine compacts bucket i+1 while bucket i is in flight), and a fixed cost delta per sync."""
+    alpha, beta, gamma, phi, delta = model
+    return alpha * a + (beta + gamma * x) * b + c - phi * min(c, beta * b) + delta
 
-    hi = max(m / b for a, b, x, c, m in points if b > 0)
-    best_beta = lambda gamma: ternary(lambda beta: worst(beta, gamma), 0.0, hi)
-    gamma = ternary(lambda g: worst(best_beta(g), g), 0.0, hi)
-    return alpha, best_beta(gamma), gamma
+
+def fit(points, alpha, overlap):
+    """(alpha, beta, gamma, phi, delta) minimising the largest relative error over the points
+    (a, b, x, c, m) against the measured times m (x the ranks in excess of one per core, c the
+    measured local work). For a fixed (gamma, phi, delta) the largest error is convex in beta,
+    so a ternary search finds beta; gamma is searched the same way for each (phi, delta) on a
+    grid. phi and delta stay 0 for blocking collectives (`overlap` false): nothing of the
+    local work hides behind them."""
+    def worst(m):
+        return max(abs(model_time(m, a, b, x, c) - t) / t for a, b, x, c, t in points)
+
+    hi = max(t / b for a, b, x, c, t in points if b > 0)
+
+    def best(phi, delta):
+        def beta_for(gamma):
+            return ternary(lambda beta: worst((alpha, beta, gamma, phi, delta)), 0.0, hi)
+        gamma = ternary(lambda g: worst((alpha, beta_for(g), g, phi, delta)), 0.0, hi)
+        m = (alpha, beta_for(gamma), gamma, phi, delta)
+        return worst(m), m
+
+    grid = [(phi / 10, delta * 1e-3) for phi in range(11) for delta in range(16)] if overlap \
+        else [(0.0, 0.0)]
+    return min((best(phi, delta) for phi, delta in grid), key=lambda wm: wm[0])[1]
 
 
 def sharing(ranks):
@@ -120,14 +136,14 @@ def calibrate(rows):
                 a, b = terms(r["strategy"], r["ranks"], r["bytes_sent"])
                 pts.append((a, b, sharing(r["ranks"]), r["compute_s"] or 0.0, r["median_s"]))
             if pts:
-                models[(link, coll)] = fit(pts, alpha)
+                models[(link, coll)] = fit(pts, alpha, overlap=coll == "iallreduce")
     return models
 
 
 def predict(models, r):
-    alpha, beta, gamma = models[(r["link"], kind(r["strategy"]))]
     a, b = terms(r["strategy"], r["ranks"], r["bytes_sent"])
-    return alpha * a + (beta + gamma * sharing(r["ranks"])) * b + (r["compute_s"] or 0.0)
+    return model_time(models[(r["link"], kind(r["strategy"]))], a, b, sharing(r["ranks"]),
+                      r["compute_s"] or 0.0)
 
 
 def project(models, rows, link, strategy, density, p):
@@ -140,11 +156,10 @@ def project(models, rows, link, strategy, density, p):
     if not base or (link, kind(strategy)) not in models:
         return None
     r = base[0]
-    alpha, beta, _ = models[(link, kind(strategy))]  # one rank per host: no core sharing
     a, b = terms(r["strategy"], p, r["bytes_sent"])
     c = (r["compute_s"] or 0.0) - (r["compute_p_s"] or 0.0)
     c += (r["compute_p_s"] or 0.0) * p / 2
-    return alpha * a + beta * b + c
+    return model_time(models[(link, kind(strategy))], a, b, 0.0, c)  # one rank per host
 
 
 # --- plots --------------------------------------------------------------------------------------
@@ -452,7 +467,8 @@ def main():
 
     # --- cost model
     w("## Cost model\n")
-    w("An alpha-beta model per link rate: `t = α·A + (β + γ·x)·B + local work`, with A latency "
+    w("An alpha-beta model per link rate: `t = α·A + (β + γ·x)·B + c − φ·min(c, β·B) + δ`, "
+      "c the local work, with A latency "
       "terms and B bytes crossing one rank's link: ring allreduce of S bytes `A = 2(P−1)`, "
       "`B = 2(P−1)/P·S` (dense, fp16 and sparse, S the bytes sent); ring allgather of s bytes "
       "per rank `A = P−1`, `B = (P−1)·s` (topk). α, the latency of one ring step, is measured "
@@ -463,17 +479,24 @@ def main():
       "cores, and TCP and the reduction cost CPU per byte). β and γ are fitted per link and per "
       "collective, since Open MPI implements them separately: the blocking MPI_Allreduce of "
       "dense ring and fp16, the MPI_Iallreduce (libnbc) that pactrain::sync issues per bucket, "
-      "and topk's allgather. The fit minimises the largest relative error over the 100 MB "
+      "and topk's allgather. For the MPI_Iallreduce two more terms are fitted: φ, the share of "
+      "the local work that hides behind the communication (pactrain::sync compacts bucket i+1 "
+      "while bucket i is in flight), and δ, a fixed cost per sync (the first bucket's "
+      "compaction and the last one's expansion, which nothing overlaps, and the wait for "
+      "Open MPI to progress a collective only inside MPI calls); the blocking collectives have "
+      "φ = δ = 0. The fit minimises the largest relative error over the 100 MB "
       "points, each prediction adding the point's measured local work; `dense default` is not "
-      "modelled. The projections use α and β: one rank per host, as on a real cluster.\n")
+      "modelled. The projections use α, β, φ and δ: one rank per host, as on a real "
+      "cluster.\n")
     w("| link | collective | α (latency per step) | β (per byte) | effective bandwidth | "
-      "γ (per byte, per extra rank per core) |\n|---|---|---|---|---|---|")
+      "γ (per byte, per extra rank per core) | φ | δ |\n|---|---|---|---|---|---|---|---|")
     for link in links:
         for coll in COLLECTIVES:
             if (link, coll) in models:
-                a, b, g = models[(link, coll)]
+                a, b, g, phi, delta = models[(link, coll)]
                 w(f"| {link} | {coll} | {a * 1e6:.1f} µs | {b * 1e9:.3f} ns | "
-                  f"{8 / b / 1e9:.2f} Gbit/s | {g * 1e9:.3f} ns |")
+                  f"{8 / b / 1e9:.2f} Gbit/s | {g * 1e9:.3f} ns | {phi:.1f} | "
+                  f"{delta * 1e3:.0f} ms |")
     w("")
     w("Measured vs predicted (local work taken as measured):\n")
     w("| link | ranks | strategy | density | measured | predicted | error |\n|---|---|---|---|---|---|---|")
