@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the Fashion-MNIST trainer and runs it on 4 MPI ranks (installs what is missing
-# first): a dense run, then a run pruned gradually to 90% sparsity, with the same seed and
+# first): a dense run, a run pruned gradually to 90% sparsity, and the same pruned run with
+# its kept entries sent as ternary lanes with error feedback, all with the same seed and
 # epochs, then a side-by-side table (test accuracy, sparsity, bytes sent per step, step
 # time). The JSON summary goes to build/demo/summary.json. Extra arguments go to the trainer
 # (later options win over the demo's own):
 #
-#   scripts/demo.sh [trainer args...]          # e.g. --epochs 4, --seed 2, --sparsity 0.8
+#   scripts/demo.sh [trainer args...]          # e.g. --epochs 4, --seed 2, --codec none
 #   PACTRAIN_DEMO_RANKS=2 scripts/demo.sh      # another rank count
 #   PACTRAIN_DEMO=sync scripts/demo.sh         # the gradient-sync check (examples/sync_demo)
 set -euo pipefail
@@ -51,7 +52,7 @@ summary=build/demo/summary.json
 mkdir -p build/demo
 rm -f "$summary"
 start=$SECONDS
-"${mpirun[@]}" build/examples/pactrain_fmnist --sparsity 0.9 --summary "$summary" "$@"
+"${mpirun[@]}" build/examples/pactrain_fmnist --sparsity 0.9 --codec ternary --summary "$summary" "$@"
 echo "== finished in $((SECONDS - start)) s (including MPI start-up); summary: $summary"
 
 # The trainer printed the table; check the demo's targets against the summary.
@@ -68,5 +69,10 @@ ratio = p["bytes_per_step"] / d["bytes_per_step"]
 print(f"targets: accuracy gap {gap:.2f} points (want <= 0.5): {'met' if gap <= 0.5 else 'MISSED'}; "
       f"sparse bytes {100 * ratio:.1f}% of dense at {100 * p['sparsity']:.1f}% sparsity "
       f"(weights {100 * (1 - p['sparsity']):.1f}% kept, biases dense)")
+if "ternary" in s:
+    t = s["ternary"]
+    tgap = 100.0 * (d["test_accuracy"] - t["test_accuracy"])
+    print(f"         ternary gap {tgap:.2f} points (want <= 1): {'met' if tgap <= 1.0 else 'MISSED'}; "
+          f"ternary bytes {100 * t['bytes_per_step'] / d['bytes_per_step']:.2f}% of dense")
 EOF
 fi

@@ -11,7 +11,7 @@
 // scripts/demo.sh does all of it (and writes build/demo/summary.json).
 //
 // Options (defaults in brackets):
-//   --mode both|dense|sparse  which runs [both: dense, then sparse (then ternary)]
+//   --mode both|dense|sparse|ternary  which runs [both: dense, then sparse (then ternary)]
 //   --codec none|ternary      ternary: also a run of the sparse setup whose kept entries travel
 //                             as ternary lanes with error feedback [none]
 //   --epochs N                epochs of each run [17]
@@ -30,6 +30,10 @@
 //   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]
 //   --summary PATH            write a JSON summary (accuracies as fractions in [0, 1])
 //   --seed N                  initialisation and shuffling seed [1]
+//   --ternary-rows R          ternary run: one scale per block of R rows of each weight
+//                             matrix (0: one per tensor) [64]
+//   --ternary-scale current|previous  ternary run: the scale from a MAX allreduce before
+//                             encoding, or the previous step's [current]
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
 //                             backward has produced them (submit_bucket); off: one
 //                             sync.allreduce after backward; the same bits either way [on]
@@ -68,12 +72,13 @@ struct options {
 };
 
 constexpr const char* usage =
-    "usage: pactrain_fmnist [--mode both|dense|sparse] [--codec none|ternary] [--epochs N]\n"
+    "usage: pactrain_fmnist [--mode both|dense|sparse|ternary] [--codec none|ternary] [--epochs "
+    "N]\n"
     "       [--batch B] [--lr X] [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] "
     "[--prune-window A,B]\n"
     "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
-    "       [--overlap on|off]";
+    "       [--overlap on|off] [--ternary-rows R] [--ternary-scale current|previous]";
 
 double to_double(const std::string& flag, const std::string& v) {
   std::size_t used = 0;
@@ -117,8 +122,8 @@ options parse(int argc, char** argv) {
     if (i + 1 >= argc) throw pactrain::error(a + ": missing value (or unknown option)\n" + usage);
     const std::string v = argv[++i];
     if (a == "--mode") {
-      if (v != "both" && v != "dense" && v != "sparse")
-        throw pactrain::error("--mode: expected both, dense or sparse, got '" + v + "'");
+      if (v != "both" && v != "dense" && v != "sparse" && v != "ternary")
+        throw pactrain::error("--mode: expected both, dense, sparse or ternary, got '" + v + "'");
       o.mode = v;
     } else if (a == "--codec") {
       if (v != "none" && v != "ternary")
@@ -166,6 +171,13 @@ options parse(int argc, char** argv) {
       o.summary = v;
     } else if (a == "--seed") {
       o.cfg.seed = to_count(a, v);
+    } else if (a == "--ternary-scale") {
+      if (v != "current" && v != "previous")
+        throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
+      o.cfg.ternary_scale = v == "current" ? pactrain::scale_source::current_max
+                                           : pactrain::scale_source::previous_max;
+    } else if (a == "--ternary-rows") {
+      o.cfg.ternary_rows = to_count(a, v);
     } else if (a == "--overlap") {
       if (v != "on" && v != "off")
         throw pactrain::error("--overlap: expected on or off, got '" + v + "'");
@@ -382,10 +394,13 @@ int run(int argc, char** argv) {
   };
 
   std::vector<named_run> runs;
-  if (o.mode != "sparse") runs.push_back({"dense", run_one("dense", 0.0, false)});
-  if (o.mode != "dense") {
+  if (o.mode == "both" || o.mode == "dense")
+    runs.push_back({"dense", run_one("dense", 0.0, false)});
+  if (o.mode == "both" || o.mode == "sparse") {
     runs.push_back({"sparse", run_one("sparse", o.sparsity, false)});
-    if (o.ternary) runs.push_back({"ternary", run_one("ternary", o.sparsity, true)});
+  }
+  if (o.mode == "ternary" || (o.ternary && o.mode != "dense")) {
+    runs.push_back({"ternary", run_one("ternary", o.sparsity, true)});
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

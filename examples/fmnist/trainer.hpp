@@ -62,6 +62,14 @@ struct train_config {
   // How kept entries travel: as float, or as ternary lanes (pactrain::ternary_codec, scale
   // from a MAX allreduce, stochastic rounding seeded from `seed`) with error feedback.
   bool ternary = false;
+  // Ternary only: split each weight matrix into blocks of this many rows, each its own tensor
+  // and bucket of the sync engine's layout, so that each block gets its own scale (0: one
+  // scale per tensor). A scale is the block's largest |g|: over a whole 1024 x 784 matrix it
+  // is so far above most entries that they are nearly all sent as 0.
+  std::size_t ternary_rows = 64;
+  // Ternary only: where the scale comes from (current_max: a small MAX allreduce before
+  // encoding; previous_max: the last step's, reduced beside the data).
+  scale_source ternary_scale = scale_source::current_max;
   // Hand each bucket to the sync engine as soon as backward has produced it (begin_step,
   // submit_bucket, finish_step), so its allreduce overlaps the earlier layers' backward;
   // false: one sync.allreduce after backward. Both give the same bits.
@@ -207,7 +215,6 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   mlp model(sizes);
   model.init(cfg.seed);
   const param_layout& layout = model.layout();
-  const std::vector<bool> prunable = matrix_tensors(layout);
 
   // Every rank takes the same number of steps: the smallest shard decides.
   const std::vector<std::size_t> my_train = shard(train_set.count, rank, ranks);
@@ -232,6 +239,10 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   // The loop below, over whichever sync engine the config asks for.
   auto run = [&](auto& sync) -> train_result {
     const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
+    // The engine's layout: the model's, or with ternary_rows its weights split by rows. The
+    // same entries at the same offsets either way; masks and pruning follow the engine's.
+    const param_layout& sync_layout = sync.layout();
+    const std::vector<bool> prunable = matrix_tensors(sync_layout);
     using pruner_t = pruner<magnitude_pruning, gradual_schedule>;
     std::optional<pruner_t> pr;
     if (sparse) {
@@ -267,14 +278,15 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           yb[b] = y_train[i];
         }
         if (cfg.overlap) {
-          // Layer k's tensors are 2k and 2k+1, and backward finishes the layers last to first:
-          // after layer k, every bucket whose first tensor is at or after 2k is final.
+          // Layer k's weights and bias lie from tensor 2k's offset on, and backward finishes
+          // the layers last to first: after layer k, every bucket from that offset on is final.
           sync.begin_step(model.grads());
-          const auto& buckets = sync.layout().buckets();
+          const auto& buckets = sync_layout.buckets();
           std::size_t pending = buckets.size();  // buckets [pending, end) are submitted
           loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch, [&](std::size_t k) {
             const auto t0 = std::chrono::steady_clock::now();
-            while (pending > 0 && buckets[pending - 1].first_tensor >= 2 * k) {
+            const std::size_t from = layout.tensor(2 * k).offset;
+            while (pending > 0 && buckets[pending - 1].offset >= from) {
               sync.submit_bucket(--pending);
             }
             epoch_sync += detail::seconds_since(t0);
@@ -297,8 +309,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
             ++res.mask_updates;
             // Newly pruned entries start at exactly 0. Between updates they stay there without
             // help: their averaged gradient is +0, so the momentum stays 0 and so does w.
-            apply_masks(layout, sync.masks(), model.params());
-            apply_masks(layout, sync.masks(), opt.velocity());
+            apply_masks(sync_layout, sync.masks(), model.params());
+            apply_masks(sync_layout, sync.masks(), opt.velocity());
           }
           epoch_prune += detail::seconds_since(t1);
         }
@@ -320,10 +332,10 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
       rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
       std::size_t kept = 0;
       std::size_t total = 0;
-      for (std::size_t i = 0; i < layout.tensor_count(); ++i) {
+      for (std::size_t i = 0; i < sync_layout.tensor_count(); ++i) {
         if (!prunable[i]) continue;
         kept += sync.masks()[i].count();
-        total += layout.tensor(i).size;
+        total += sync_layout.tensor(i).size;
       }
       rec.sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(total);
       rec.bytes_per_step = sync.stats().bytes_sent;
@@ -349,20 +361,34 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     res.weights_agree = detail::same_on_all_ranks(model.params(), comm);
     res.masks = sync.masks();
     res.params.assign(model.params().begin(), model.params().end());
-    res.layout = layout;
+    res.layout = sync_layout;
     res.total_seconds = detail::seconds_since(run_start);
     return res;
   };
 
   if (cfg.ternary) {
-    // One bucket per tensor, so that each tensor gets its own ternary scale (the layers'
-    // gradients differ by orders of magnitude; one shared scale would round most of the
-    // smaller ones to 0).
-    param_layout per_tensor = layout;
-    per_tensor.set_bucket_capacity(1);
+    // One bucket per tensor, and per block of ternary_rows rows of a weight matrix, so that
+    // each gets its own ternary scale (the layers' gradients differ by orders of magnitude,
+    // and so do the rows of one matrix; a shared scale would round most of them to 0). The
+    // blocks are the same entries at the same offsets as the model's tensors.
+    param_layout per_tensor(1);
+    for (const auto& t : layout.tensors()) {
+      if (t.rows == 0 || cfg.ternary_rows == 0 || cfg.ternary_rows >= t.rows) {
+        if (t.rows == 0) {
+          per_tensor.add(t.name, t.size);
+        } else {
+          per_tensor.add(t.name, t.rows, t.cols);
+        }
+        continue;
+      }
+      for (std::size_t r = 0; r < t.rows; r += cfg.ternary_rows) {
+        const std::size_t n = std::min(cfg.ternary_rows, t.rows - r);
+        per_tensor.add(t.name + ".rows" + std::to_string(r), n, t.cols);
+      }
+    }
     pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
         sync{mpi_communicator{comm}, per_tensor, host_compactor{}, sync_opt,
-             ternary_codec{{.seed = cfg.seed}}};
+             ternary_codec{{.seed = cfg.seed, .scale = cfg.ternary_scale}}};
     return run(sync);
   }
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> sync{mpi_communicator{comm}, layout,

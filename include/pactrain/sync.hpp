@@ -217,8 +217,10 @@ class sync {
   /// Collective: bucket `b`'s gradients are final; compacts and encodes them and starts its
   /// allreduce, which then proceeds while the caller computes the next bucket's gradients.
   /// Every rank must submit the same buckets in the same order. A codec whose scale comes
-  /// from this step (scale_source::current_max) reduces this bucket's scale first, one small
-  /// blocking allreduce; previous_max needs none after the first step.
+  /// from this step (scale_source::current_max) first reduces this bucket's scale, in a small
+  /// nonblocking allreduce that proceeds while the caller computes; the bucket is encoded and
+  /// its allreduce started at the next submit_bucket or finish_step. previous_max needs no
+  /// scale round after the first step.
   void submit_bucket(std::size_t b) {
     check_open("submit_bucket");
     PACTRAIN_EXPECTS(b < layout_.buckets().size(), "sync::submit_bucket: bucket " +
@@ -227,9 +229,13 @@ class sync {
     PACTRAIN_EXPECTS(!submitted_[b], "sync::submit_bucket: bucket " + std::to_string(b) +
                                          " was already submitted in this step");
     guarded([&] {
+      send_scaled();
       prepare(b);
       if constexpr (Codec::uses_scale) {
-        if (!reuse_scale_ && coded(b) && !regions_[b].empty()) reduce_scales(std::span(&b, 1));
+        if (!reuse_scale_ && coded(b) && !regions_[b].empty()) {
+          start_scale(b);
+          return;
+        }
       }
       send(b);
     });
@@ -240,6 +246,7 @@ class sync {
   void finish_step() {
     check_open("finish_step");
     guarded([&] {
+      send_scaled();
       std::vector<std::size_t> rest;
       for (std::size_t b = 0; b < submitted_.size(); ++b) {
         if (!submitted_[b]) rest.push_back(b);
@@ -324,6 +331,8 @@ class sync {
     } catch (...) {
       open_ = false;
       requests_.clear();
+      scale_pending_.clear();
+      scale_requests_.clear();
       throw;
     }
   }
@@ -507,6 +516,12 @@ class sync {
     submitted_.assign(nb, 0);
     order_.clear();
     order_.reserve(nb);
+    if constexpr (Codec::uses_scale) {
+      scale_pending_.clear();
+      scale_requests_.clear();
+      scale_requests_.resize(nb);
+      scale_words_bucket_.assign(nb, 0);
+    }
     sync_stats s = stats_;
     s.collectives = 0;
     s.bytes_sent = 0;
@@ -584,6 +599,34 @@ class sync {
     regions_[b] = region;
     submitted_[b] = 1;
     step_stats_.gather_seconds += seconds_since(t0);
+  }
+
+  // Starts the MAX allreduce of bucket b's local scale; send_scaled completes it.
+  void start_scale(std::size_t b) {
+    if constexpr (Codec::uses_scale) {
+      const auto t0 = clock::now();
+      scale_pending_.push_back(b);
+      auto word = std::span<std::uint64_t>(scale_words_bucket_).subspan(b, 1);
+      word[0] = local_max_[b];
+      scale_requests_[b] = comm_.allreduce_async(word, reduce_op::max);
+      step_stats_.allreduce_seconds += seconds_since(t0);
+      ++step_stats_.collectives;
+      step_stats_.bytes_sent += sizeof(std::uint64_t);
+    }
+  }
+
+  // Completes the scale rounds start_scale began, in their order, and sends those buckets.
+  void send_scaled() {
+    if constexpr (Codec::uses_scale) {
+      for (const std::size_t b : scale_pending_) {
+        const auto t0 = clock::now();
+        scale_requests_[b].wait();
+        step_stats_.allreduce_seconds += seconds_since(t0);
+        scale_used_[b] = std::bit_cast<float>(static_cast<std::uint32_t>(scale_words_bucket_[b]));
+        send(b);
+      }
+      scale_pending_.clear();
+    }
   }
 
   // One MAX allreduce of the listed buckets' local scales (same list on every rank); the
@@ -778,8 +821,13 @@ class sync {
   std::vector<value_type> residual_;        // error_feedback
   std::vector<std::uint64_t> local_max_;    // bits of each bucket's scale (non-negative float)
   std::vector<std::uint64_t> scale_words_;  // a scale round's buffer
-  std::vector<float> scale_;                // previous_max: the last step's global scales
-  std::vector<float> scale_used_;           // this step's scales
+  // submit_bucket's scale rounds in flight (current_max): buckets, and per bucket its request
+  // and word.
+  std::vector<std::size_t> scale_pending_;
+  std::vector<request_type> scale_requests_;
+  std::vector<std::uint64_t> scale_words_bucket_;
+  std::vector<float> scale_;       // previous_max: the last step's global scales
+  std::vector<float> scale_used_;  // this step's scales
   bool scale_ready_ = false;
 };
 

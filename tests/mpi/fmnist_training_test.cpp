@@ -149,6 +149,12 @@ TEST_CASE("the same run with ternary lanes and error feedback learns on a fracti
   // a partly filled word and the scale's round.
   CHECK(r.bytes_per_step > 0);
   CHECK(r.bytes_per_step <= kept_all / 2 + r.layout.tensor_count() * 16);
+  // The engine's layout splits the weight matrices into blocks of ternary_rows rows, one scale
+  // each: 256 rows -> 4 blocks, 128 -> 2, 10 -> 1, and the 3 biases.
+  CHECK(cfg.ternary_rows == 64);
+  CHECK(r.layout.tensor_count() == 4 + 2 + 1 + 3);
+  CHECK(r.layout.buckets().size() == r.layout.tensor_count());
+  CHECK(r.layout.total_size() == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
   CHECK(r.weights_agree);
   for (std::size_t i = 0; i < r.layout.tensor_count(); ++i) {
     const auto& t = r.layout.tensor(i);
