@@ -42,11 +42,12 @@
 //   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
 //           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
 //           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
-//   auto    an engine with ternary lanes and error feedback whose buckets the planner sets:
-//           pactrain::calibrate times a few collectives, compaction and the codec at start-up,
-//           and plan_buckets picks per bucket the fastest of dense_plain, sparse_plain,
-//           sparse (ternary) and dense (ternary) from that cost model. The chosen strategies
-//           are in the `plan` column.
+//   auto    the planner: for an engine with the fp16 codec and one with ternary lanes and
+//           error feedback, pactrain::calibrate times a few collectives, compaction and the
+//           codec at start-up, and plan_buckets picks per bucket the fastest of dense_plain,
+//           sparse_plain, sparse (coded) and dense (coded) from that cost model; the engine
+//           whose plan predicts the shorter sync is kept. The `plan` column names the codec
+//           and the chosen strategies.
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -499,11 +500,14 @@ class engine_strategy final : public strategy {
     if (plan) {
       const auto model =
           pactrain::calibrate(sync_.get_communicator(), {}, sync_.compactor(), sync_.codec());
-      sync_.set_strategies(pactrain::plan_buckets(model, sync_.get_communicator().size(),
-                                                  pactrain::bucket_shapes(sync_))
-                               .strategies);
+      const auto p = pactrain::plan_buckets(model, sync_.get_communicator().size(),
+                                            pactrain::bucket_shapes(sync_));
+      sync_.set_strategies(p.strategies);
+      predicted_ = p.predicted_seconds;
     }
   }
+  /// With `plan`: the planner's predicted seconds per sync (the same on every rank).
+  [[nodiscard]] double predicted_seconds() const noexcept { return predicted_; }
   double sync(std::vector<float>& g) override {
     sync_.allreduce(std::span<float>(g));
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
@@ -512,9 +516,9 @@ class engine_strategy final : public strategy {
   [[nodiscard]] std::string plan() const override {
     std::map<std::string, std::size_t> count;
     for (auto st : sync_.strategies()) ++count[pactrain::to_string(st)];
-    std::string out;
+    std::string out = codec_name();
     for (const auto& [name, n] : count) {
-      out += (out.empty() ? "" : " ") + name + ":" + std::to_string(n);
+      out += " " + name + ":" + std::to_string(n);
     }
     return out;
   }
@@ -540,7 +544,35 @@ class engine_strategy final : public strategy {
   pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator, Codec,
                  Feedback>
       sync_;
+  double predicted_ = 0;
+
+  static std::string codec_name() {
+    if constexpr (pactrain::codec_traits<Codec>::is_identity) {
+      return "identity";
+    } else if constexpr (std::is_same_v<Codec, pactrain::ternary_codec>) {
+      return "ternary";
+    } else if constexpr (std::is_same_v<Codec, pactrain::fp16_codec>) {
+      return "fp16";
+    } else {
+      return "codec";
+    }
+  }
 };
+
+/// auto: one engine per codec (fp16, and ternary lanes with error feedback), each planned per
+/// bucket by the calibrated planner; keeps the engine whose plan predicts the shorter sync.
+/// Every rank calibrates the same model, so every rank keeps the same engine.
+std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t n) {
+  using fp16_engine = engine_strategy<pactrain::fp16_codec>;
+  using ternary_engine = engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>;
+  auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{}, true);
+  const double t_fp16 = fp16->predicted_seconds();
+  std::unique_ptr<strategy> kept = std::move(fp16);
+  auto ternary =
+      std::make_unique<ternary_engine>(comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, true);
+  if (ternary->predicted_seconds() < t_fp16) kept = std::move(ternary);
+  return kept;
+}
 
 /// DGC-style Top-k selection with error feedback. Adds g into `acc` (the residual) and puts
 /// into `out` the indices (ascending) of the k entries of largest |acc|, ties broken by lower
@@ -723,10 +755,7 @@ int run(const options& o) {
       s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
           comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
     }
-    if (o.strategy == "auto") {
-      s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
-          comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, true);
-    }
+    if (o.strategy == "auto") s = make_auto(comm, o, n);
     if (o.strategy == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
 
     if (o.verify) {
