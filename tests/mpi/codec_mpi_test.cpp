@@ -166,6 +166,19 @@ struct ternary_reference {
   }
 };
 
+// Three steps of `s` (masks and strategies committed, so residuals start at zero) against the
+// reference, bit for bit; step k's gradients come from seed0 + k.
+template <class Sync>
+void check_steps(Sync& s, ternary_reference& ref, const std::vector<bitmap_mask>& masks,
+                 const std::vector<bucket_strategy>& st, std::uint64_t seed0) {
+  for (std::uint64_t k = 0; k < 3; ++k) {
+    const auto want = ref.step(masks, st, s.step(), seed0 + k, k == 0);
+    auto g = test::values<float>(ref.l.total_size(), seed0 + k, world_rank());
+    s.allreduce(std::span<float>(g));
+    CHECK(bad_entries(g, want) == 0);
+  }
+}
+
 template <class K>
 void check_cast_codec(int limit) {
   for (std::size_t capacity : {std::size_t{2000}, std::size_t{1}}) {
@@ -259,13 +272,7 @@ TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for b
           const auto run = [&](auto& s) {
             s.set_masks(masks);
             s.set_strategies(st);
-            for (int k = 0; k < 3; ++k) {
-              const std::uint64_t seed = 50 + static_cast<std::uint64_t>(k);
-              const auto want = ref.step(masks, strategy, s.step(), seed, k == 0);
-              auto g = test::values<float>(l.total_size(), seed, world_rank());
-              s.allreduce(std::span<float>(g));
-              CHECK(bad_entries(g, want) == 0);
-            }
+            check_steps(s, ref, masks, st, 50);
             std::size_t words = 0;
             for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
             // The last step's scales: previous_max reduces every bucket's word alongside the
@@ -345,13 +352,7 @@ TEST_CASE("a codec engine mixes plain and coded buckets, each exact against its 
         s.set_masks(masks);
         s.set_strategies(st);
         ternary_reference ref{l, codec, true, world_size(), {}, {}};
-        for (int k = 0; k < 3; ++k) {
-          const std::uint64_t seed = 90 + static_cast<std::uint64_t>(k);
-          const auto want = ref.step(masks, st, s.step(), seed, k == 0);
-          auto g = test::values<float>(l.total_size(), seed, world_rank());
-          s.allreduce(std::span<float>(g));
-          CHECK(bad_entries(g, want) == 0);
-        }
+        check_steps(s, ref, masks, st, 90);
         // Plain buckets send value_type entries, coded ones wire words.
         std::size_t bytes = 0;
         std::size_t coded_with_input = 0;
