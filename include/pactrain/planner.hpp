@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <span>
 #include <string>
@@ -58,6 +59,9 @@ struct bucket_shape {
   bool has_codec = false;
   std::size_t coded_sparse_bytes = 0;
   std::size_t coded_dense_bytes = 0;
+  /// The codec's scale is reduced before encoding (ternary with scale_source::current_max):
+  /// a step with any coded bucket pays one small MAX allreduce more.
+  bool scale_round = false;
 };
 
 /// Predicted seconds of one bucket under each strategy; the coded ones are infinite when
@@ -119,9 +123,14 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
   PACTRAIN_EXPECTS(ranks >= 1, "plan_buckets: ranks must be >= 1");
   PACTRAIN_EXPECTS(std::isfinite(opt.margin) && opt.margin >= 0 && opt.margin < 1,
                    "plan_buckets: margin must be in [0, 1)");
+  // Per bucket: the fastest path, and the fastest without the codec; plain dense unless the
+  // winner beats it by the margin.
   bucket_plan p;
+  bucket_plan plain;
   p.strategies.reserve(b.size());
   p.costs.reserve(b.size());
+  bool scale_round = false;
+  std::size_t coded = 0;
   for (const auto& s : b) {
     PACTRAIN_EXPECTS(s.kept <= s.entries, "plan_buckets: a bucket keeps more entries (" +
                                               std::to_string(s.kept) + ") than it has (" +
@@ -129,22 +138,38 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
     PACTRAIN_EXPECTS(s.value_bytes > 0, "plan_buckets: value_bytes must be positive");
     const auto c = predict(m, ranks, s);
     const auto plain_dense = s.has_codec ? bucket_strategy::dense_plain : bucket_strategy::dense;
-    const std::pair<double, bucket_strategy> candidates[] = {
-        {c.sparse, s.has_codec ? bucket_strategy::sparse_plain : bucket_strategy::sparse},
-        {c.sparse_coded, bucket_strategy::sparse},
-        {c.dense_coded, bucket_strategy::dense},
+    const auto plain_sparse = s.has_codec ? bucket_strategy::sparse_plain : bucket_strategy::sparse;
+    const auto choose = [&](std::initializer_list<std::pair<double, bucket_strategy>> options) {
+      auto best = std::pair{c.dense, plain_dense};
+      for (const auto& k : options) {
+        if (k.first < best.first) best = k;
+      }
+      if (s.entries < opt.min_sparse_entries || !(best.first <= (1 - opt.margin) * c.dense)) {
+        best = {c.dense, plain_dense};
+      }
+      return best;
     };
-    auto best = std::pair{c.dense, plain_dense};
-    for (const auto& k : candidates) {
-      if (k.first < best.first) best = k;
-    }
-    if (s.entries < opt.min_sparse_entries || !(best.first <= (1 - opt.margin) * c.dense)) {
-      best = {c.dense, plain_dense};
-    }
+    const auto best = choose({{c.sparse, plain_sparse},
+                              {c.sparse_coded, bucket_strategy::sparse},
+                              {c.dense_coded, bucket_strategy::dense}});
+    const auto best_plain = choose({{c.sparse, plain_sparse}});
     p.strategies.push_back(best.second);
     p.costs.push_back(c);
     p.predicted_seconds += best.first;
     p.predicted_dense_seconds += c.dense;
+    plain.strategies.push_back(best_plain.second);
+    plain.predicted_seconds += best_plain.first;
+    const bool is_coded = s.has_codec && !is_plain(best.second);
+    coded += is_coded;
+    scale_round = scale_round || (is_coded && s.scale_round);
+  }
+  // The scale round is one per step, shared by the coded buckets: coding must win with it.
+  if (scale_round) {
+    p.predicted_seconds += predict_allreduce(m, ranks, coded * sizeof(std::uint64_t));
+    if (plain.predicted_seconds <= p.predicted_seconds) {
+      p.strategies = std::move(plain.strategies);
+      p.predicted_seconds = plain.predicted_seconds;
+    }
   }
   return p;
 }
@@ -160,6 +185,9 @@ std::vector<bucket_shape> bucket_shapes(const Sync& s) {
     bucket_shape b{buckets[i].size, s.payload_size(i), sizeof(typename Sync::value_type)};
     if constexpr (has_codec) {
       b.has_codec = true;
+      if constexpr (Sync::codec_type::uses_scale) {
+        b.scale_round = !s.codec().scale_from_previous_step();
+      }
       b.coded_sparse_bytes = s.wire_bytes(i, bucket_strategy::sparse);
       b.coded_dense_bytes = s.wire_bytes(i, bucket_strategy::dense);
     }
