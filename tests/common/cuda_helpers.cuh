@@ -31,8 +31,11 @@ template <class T>
 class device_array {
  public:
   device_array() = default;
-  explicit device_array(std::size_t n) : buf_(n, nullptr) {}
-  explicit device_array(const std::vector<T>& v) : buf_(v.size(), nullptr) { assign(v); }
+  // Allocated on the legacy default stream, then synchronised: usable on any stream.
+  explicit device_array(std::size_t n) : buf_(n, nullptr) {
+    PACTRAIN_CUDA_TRY(cudaStreamSynchronize(nullptr));
+  }
+  explicit device_array(const std::vector<T>& v) : device_array(v.size()) { assign(v); }
 
   void assign(const std::vector<T>& v) {
     if (!v.empty()) {

@@ -47,6 +47,13 @@
 
 namespace pactrain {
 
+namespace detail {
+/// Tag for engines that have already checked that their buffers are device memory: the
+/// compactor then checks only sizes and overlap, saving a cudaPointerGetAttributes per buffer
+/// on every step.
+struct device_buffers_checked {};
+}  // namespace detail
+
 /// The compactor for buffers in device memory (see the top of this file).
 class cuda_compactor {
  public:
@@ -127,6 +134,14 @@ class cuda_compactor {
   void gather_async(const plan_type& plan, std::span<const T> dense, std::span<T> payload,
                     cuda::stream_ref stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
+    check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "gather");
+    gather_async(plan, dense, payload, stream, detail::device_buffers_checked{});
+  }
+  /// As above, for callers that have checked that the buffers are device memory.
+  template <gradient_value T>
+  void gather_async(const plan_type& plan, std::span<const T> dense, std::span<T> payload,
+                    cuda::stream_ref stream, detail::device_buffers_checked) const {
+    check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
     if (plan.count_ == 0) return;
     const cudaStream_t s = stream.get();
     if (plan.format_ == plan_format::indices) {
@@ -147,6 +162,14 @@ class cuda_compactor {
   template <gradient_value T>
   void scatter_async(const plan_type& plan, std::span<const T> payload, std::span<T> dense, T scale,
                      cuda::stream_ref stream = {}) const {
+    check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
+    check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
+    scatter_async(plan, payload, dense, scale, stream, detail::device_buffers_checked{});
+  }
+  /// As above, for callers that have checked that the buffers are device memory.
+  template <gradient_value T>
+  void scatter_async(const plan_type& plan, std::span<const T> payload, std::span<T> dense, T scale,
+                     cuda::stream_ref stream, detail::device_buffers_checked) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     if (plan.size_ == 0) return;
     const cudaStream_t s = stream.get();
@@ -213,6 +236,15 @@ class cuda_compactor {
                                                     p.ranks_.data(), n, s));
   }
 
+  // Where the buffers live (after check_buffers: sizes first, the clearer message).
+  template <class T>
+  static void check_memory(const T* dense, std::size_t dense_size, const T* payload,
+                           std::size_t payload_size, const char* op) {
+    const std::string where = std::string("cuda_compactor::") + op + ": ";
+    detail::expect_device_buffer(dense, dense_size, where, "dense");
+    detail::expect_device_buffer(payload, payload_size, where, "payload");
+  }
+
   template <class T>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
                             const T* payload, std::size_t payload_size, const char* op) {
@@ -223,8 +255,8 @@ class cuda_compactor {
     PACTRAIN_EXPECTS(payload_size == plan.count_,
                      where + "payload buffer has " + std::to_string(payload_size) +
                          " entries, the plan keeps " + std::to_string(plan.count_));
-    detail::expect_device_buffer(dense, dense_size, where, "dense");
-    detail::expect_device_buffer(payload, payload_size, where, "payload");
+    PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
+    PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
     if (dense_size != 0 && payload_size != 0) {
       const std::less<const T*> lt;
       const bool apart = !lt(dense, payload + payload_size) || !lt(payload, dense + dense_size);
