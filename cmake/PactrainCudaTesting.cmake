@@ -7,12 +7,16 @@ include(PactrainTesting)
 
 # pactrain_add_gpu_test(<source> [RANKS <n>...] [LIBRARIES <lib>...]): a doctest executable
 # pactrain_gpu_<stem> in <build>/tests/cuda, registered as gpu.<stem> (or, with RANKS, once per
-# rank count under mpiexec as gpu.<stem>.np<N>), label gpu, skipped on exit code 77.
+# rank count under mpiexec as gpu.<stem>.np<N>), label gpu, skipped on exit code 77. Without
+# RANKS it gets its main from pactrain_gpu_doctest_main; with RANKS, LIBRARIES must give one.
 function(pactrain_add_gpu_test source)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "RANKS;LIBRARIES")
   pactrain_test_stem(stem "${source}")
   set(target pactrain_gpu_${stem})
   pactrain_test_executable(${target} ${stem} cuda "${source}" pactrain::cuda ${arg_LIBRARIES})
+  if(NOT arg_RANKS)
+    target_link_libraries(${target} PRIVATE pactrain_gpu_doctest_main)
+  endif()
   set(tests)
   if(arg_RANKS)
     foreach(ranks IN LISTS arg_RANKS)

@@ -1,5 +1,5 @@
-// Helpers shared by the device tests (tests/cuda/*.cu): the skip-without-GPU main, device
-// arrays filled from and read back into host vectors.
+// Helpers shared by the device tests (tests/cuda/*.cu): the GPU check, device arrays filled
+// from and read back into host vectors.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -82,12 +82,3 @@ std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 }  // namespace pactrain::test
-
-/// The main() of a device test: exits with skip_code when there is no GPU, runs doctest
-/// otherwise. Needs DOCTEST_CONFIG_IMPLEMENT before <doctest/doctest.h>.
-#define PACTRAIN_GPU_TEST_MAIN                                             \
-  int main(int argc, char** argv) {                                        \
-    if (!::pactrain::test::have_gpu()) return ::pactrain::test::skip_code; \
-    doctest::Context ctx(argc, argv);                                      \
-    return ctx.run();                                                      \
-  }

@@ -1,7 +1,6 @@
 // cuda_compactor against host_compactor, bit for bit: every mask type, size, density, value
 // type and scale of the host test; unaligned buffers, non-default and per-bucket streams;
 // bad input rejected before anything is launched. Skips (77) without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <pactrain/compactor.hpp>
@@ -224,5 +223,3 @@ TEST_CASE("a CUDA failure becomes pactrain::cuda_error with the call, file and l
     CHECK(std::string(e.what()).find("cudaErrorInvalidDevice") != std::string::npos);
   }
 }
-
-PACTRAIN_GPU_TEST_MAIN

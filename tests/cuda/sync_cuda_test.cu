@@ -1,7 +1,6 @@
 // nccl_communicator on one rank and the device sync engine over it: results equal the host
 // engine's (the masked gradient) bit for bit for every mask type, density and strategy; a
 // non-default stream; bad input rejected before anything is queued. Skips (77) without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <pactrain/cuda/sync.cuh>
@@ -181,5 +180,3 @@ TEST_CASE("bad input is rejected before anything is queued") {
   ds.allreduce(g.span());
   CHECK(test::bad_entries(g.host(), test::masked(l, masks, g0)) == 0);
 }
-
-PACTRAIN_GPU_TEST_MAIN

@@ -248,20 +248,8 @@ class cuda_compactor {
   template <class T>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
                             const T* payload, std::size_t payload_size, const char* op) {
-    const std::string where = std::string("cuda_compactor::") + op + ": ";
-    PACTRAIN_EXPECTS(dense_size == plan.size_,
-                     where + "dense buffer has " + std::to_string(dense_size) +
-                         " entries, the plan " + std::to_string(plan.size_));
-    PACTRAIN_EXPECTS(payload_size == plan.count_,
-                     where + "payload buffer has " + std::to_string(payload_size) +
-                         " entries, the plan keeps " + std::to_string(plan.count_));
-    PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
-    PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
-    if (dense_size != 0 && payload_size != 0) {
-      const std::less<const T*> lt;
-      const bool apart = !lt(dense, payload + payload_size) || !lt(payload, dense + dense_size);
-      PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
-    }
+    detail::check_compaction_buffers(std::string("cuda_compactor::") + op + ": ", plan.size_,
+                                     plan.count_, dense, dense_size, payload, payload_size);
   }
 };
 
