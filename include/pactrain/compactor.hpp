@@ -53,10 +53,10 @@ namespace detail {
 
 /// The preconditions of every compactor's gather and scatter: buffer sizes matching the plan,
 /// no null buffer with a nonzero size, no overlap. Throws pactrain::error naming `where`.
-template <class T>
+template <class T, class W>
 void check_compaction_buffers(const std::string& where, std::size_t plan_size,
                               std::size_t plan_count, const T* dense, std::size_t dense_size,
-                              const T* payload, std::size_t payload_size) {
+                              const W* payload, std::size_t payload_size) {
   PACTRAIN_EXPECTS(dense_size == plan_size, where + "dense buffer has " +
                                                 std::to_string(dense_size) + " entries, the plan " +
                                                 std::to_string(plan_size));
@@ -66,8 +66,11 @@ void check_compaction_buffers(const std::string& where, std::size_t plan_size,
   PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
   PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
   if (dense_size != 0 && payload_size != 0) {
-    const std::less<const T*> lt;
-    const bool apart = !lt(dense, payload + payload_size) || !lt(payload, dense + dense_size);
+    // As bytes: the payload may hold another type than the dense tensor (device codecs).
+    const auto* d = reinterpret_cast<const std::byte*>(dense);
+    const auto* p = reinterpret_cast<const std::byte*>(payload);
+    const std::less<const std::byte*> lt;
+    const bool apart = !lt(d, p + payload_size * sizeof(W)) || !lt(p, d + dense_size * sizeof(T));
     PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
   }
 }

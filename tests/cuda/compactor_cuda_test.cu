@@ -114,6 +114,37 @@ TEST_CASE("word patterns and large tensors") {
                      12);
 }
 
+TEST_CASE_TEMPLATE("fp16 and bf16 payloads: encode fused into gather, decode into scatter", W,
+                   pactrain::half, pactrain::bfloat16) {
+  const cuda_compactor dc;
+  for (std::size_t n : {std::size_t{0}, std::size_t{65}, std::size_t{4099}}) {
+    const auto m = test::random_mask(n, 0.5, n);
+    const auto dense = test::values<float>(n, 3);
+    const auto hplan = host_compactor{}.make_plan(m);
+    std::vector<float> kept(hplan.count());
+    host_compactor{}.gather(hplan, std::span<const float>(dense), std::span<float>(kept));
+    std::vector<W> want_wire;
+    for (float v : kept) want_wire.push_back(W(v));  // the host codec's rounding
+    std::vector<float> widened;
+    for (W w : want_wire) widened.push_back(float(w));
+    std::vector<float> want_dense(n);
+    host_compactor{}.scatter(hplan, std::span<const float>(widened), std::span<float>(want_dense),
+                             0.25f);
+    for (const auto& plan : {dc.make_plan(m), dc.make_plan(mask_cast<index_mask>(m))}) {
+      device_array<float> d_dense(dense);
+      device_array<W> d_wire(plan.count());
+      dc.gather(plan, d_dense.cspan(), d_wire.span());
+      std::vector<std::uint16_t> got_bits;
+      for (W w : d_wire.host()) got_bits.push_back(w.bits());
+      std::vector<std::uint16_t> want_bits;
+      for (W w : want_wire) want_bits.push_back(w.bits());
+      CHECK(got_bits == want_bits);
+      dc.scatter(plan, d_wire.cspan(), d_dense.span(), 0.25f);
+      CHECK(test::bad_entries(d_dense.host(), want_dense) == 0);
+    }
+  }
+}
+
 TEST_CASE("the device word ranks equal the host mask's rank prefix") {
   const cuda_compactor dc;
   for (std::size_t n : test::sizes) {

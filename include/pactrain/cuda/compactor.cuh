@@ -54,6 +54,11 @@ namespace detail {
 struct device_buffers_checked {};
 }  // namespace detail
 
+/// Payload element types of cuda_compactor for T gradients: T itself, or a 16-bit float for
+/// float gradients (the fp16/bf16 codecs' encode and decode fused into gather and scatter).
+template <class W, class T>
+concept device_payload = std::same_as<W, T> ||(std::same_as<T, float>&& half_value<W>);
+
 /// The compactor for buffers in device memory (see the top of this file).
 class cuda_compactor {
  public:
@@ -129,27 +134,31 @@ class cuda_compactor {
 
   /// payload[k] = dense[k-th kept index], queued on `stream`; never synchronises. Throws
   /// pactrain::error, launching nothing, unless dense.size() == plan.size(),
-  /// payload.size() == plan.count(), both are device memory and they do not overlap.
-  template <gradient_value T>
-  void gather_async(const plan_type& plan, std::span<const T> dense, std::span<T> payload,
+  /// payload.size() == plan.count(), both are device memory and they do not overlap. A
+  /// payload of half or bfloat16 (for float gradients) stores each value rounded to nearest
+  /// even: the fp16/bf16 codecs' encode, fused.
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void gather_async(const plan_type& plan, std::span<const T> dense, std::span<W> payload,
                     cuda::stream_ref stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
     check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "gather");
     gather_async(plan, dense, payload, stream, detail::device_buffers_checked{});
   }
   /// As above, for callers that have checked that the buffers are device memory.
-  template <gradient_value T>
-  void gather_async(const plan_type& plan, std::span<const T> dense, std::span<T> payload,
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void gather_async(const plan_type& plan, std::span<const T> dense, std::span<W> payload,
                     cuda::stream_ref stream, detail::device_buffers_checked) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
     if (plan.count_ == 0) return;
     const cudaStream_t s = stream.get();
     if (plan.format_ == plan_format::indices) {
-      detail::gather_indices_kernel<T>
+      detail::gather_indices_kernel<T, W>
           <<<detail::grid_for(plan.count_), detail::kernel_block, 0, s>>>(
               plan.indices_.data(), plan.count_, dense.data(), payload.data());
     } else {
-      detail::gather_bitmap_kernel<T>
+      detail::gather_bitmap_kernel<T, W>
           <<<detail::grid_for((plan.size_ + 3) / 4), detail::kernel_block, 0, s>>>(
               plan.view(), dense.data(), payload.data(), aligned(dense.data()));
     }
@@ -158,17 +167,20 @@ class cuda_compactor {
 
   /// dense[i] = scale * payload[rank(i)] at kept entries and +0 at pruned ones (every entry
   /// of dense is written), queued on `stream`; never synchronises. Preconditions as for
-  /// gather_async.
-  template <gradient_value T>
-  void scatter_async(const plan_type& plan, std::span<const T> payload, std::span<T> dense, T scale,
+  /// gather_async. A half or bfloat16 payload is widened exactly before the multiply (the
+  /// fp16/bf16 codecs' decode, fused).
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
                      cuda::stream_ref stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     scatter_async(plan, payload, dense, scale, stream, detail::device_buffers_checked{});
   }
   /// As above, for callers that have checked that the buffers are device memory.
-  template <gradient_value T>
-  void scatter_async(const plan_type& plan, std::span<const T> payload, std::span<T> dense, T scale,
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
                      cuda::stream_ref stream, detail::device_buffers_checked) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     if (plan.size_ == 0) return;
@@ -177,11 +189,11 @@ class cuda_compactor {
       // Zero everything (+0), then write the kept entries after it on the same stream.
       PACTRAIN_CUDA_TRY(cudaMemsetAsync(dense.data(), 0, dense.size_bytes(), s));
       if (plan.count_ == 0) return;
-      detail::scatter_indices_kernel<T>
+      detail::scatter_indices_kernel<T, W>
           <<<detail::grid_for(plan.count_), detail::kernel_block, 0, s>>>(
               plan.indices_.data(), plan.count_, payload.data(), dense.data(), scale);
     } else {
-      detail::scatter_bitmap_kernel<T>
+      detail::scatter_bitmap_kernel<T, W>
           <<<detail::grid_for((plan.size_ + 3) / 4), detail::kernel_block, 0, s>>>(
               plan.view(), payload.data(), dense.data(), scale, aligned(dense.data()));
     }
@@ -189,16 +201,18 @@ class cuda_compactor {
   }
 
   /// gather_async, then synchronises `stream`.
-  template <gradient_value T>
-  void gather(const plan_type& plan, std::span<const T> dense, std::span<T> payload,
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void gather(const plan_type& plan, std::span<const T> dense, std::span<W> payload,
               cuda::stream_ref stream = {}) const {
     gather_async(plan, dense, payload, stream);
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
   }
 
   /// scatter_async, then synchronises `stream`.
-  template <gradient_value T>
-  void scatter(const plan_type& plan, std::span<const T> payload, std::span<T> dense, T scale,
+  template <gradient_value T, class W>
+  requires device_payload<W, T>
+  void scatter(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
                cuda::stream_ref stream = {}) const {
     scatter_async(plan, payload, dense, scale, stream);
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
@@ -237,17 +251,17 @@ class cuda_compactor {
   }
 
   // Where the buffers live (after check_buffers: sizes first, the clearer message).
-  template <class T>
-  static void check_memory(const T* dense, std::size_t dense_size, const T* payload,
+  template <class T, class W>
+  static void check_memory(const T* dense, std::size_t dense_size, const W* payload,
                            std::size_t payload_size, const char* op) {
     const std::string where = std::string("cuda_compactor::") + op + ": ";
     detail::expect_device_buffer(dense, dense_size, where, "dense");
     detail::expect_device_buffer(payload, payload_size, where, "payload");
   }
 
-  template <class T>
+  template <class T, class W>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
-                            const T* payload, std::size_t payload_size, const char* op) {
+                            const W* payload, std::size_t payload_size, const char* op) {
     detail::check_compaction_buffers(std::string("cuda_compactor::") + op + ": ", plan.size_,
                                      plan.count_, dense, dense_size, payload, payload_size);
   }

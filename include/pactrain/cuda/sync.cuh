@@ -18,8 +18,10 @@
 // The mask tracker's few uint64 words travel from host memory (the communicator accepts
 // host spans for them).
 //
-// Codecs: identity_codec<float|double> so far; the fp16/bf16 and ternary codecs run on the
-// host engine only.
+// Codecs: identity_codec<float|double>, and fp16_codec/bf16_codec with the rounding fused into
+// the gather and the widening and 1/P into the scatter (dense buckets: an encode and a decode
+// kernel), bit for bit as the host engine. ternary_codec and error feedback run on the host
+// engine only.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -49,6 +51,13 @@
 
 namespace pactrain {
 
+namespace detail {
+template <class Codec>
+inline constexpr bool is_cast_codec_v = false;
+template <half_value Wire>
+inline constexpr bool is_cast_codec_v<cast_codec<Wire>> = true;
+}  // namespace detail
+
 /// A communicator that can reduce device buffers of T in stream order (see the top of this
 /// file): nccl_communicator, mpi_cuda_communicator.
 template <class C, class T>
@@ -74,14 +83,17 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
   static_assert(codec_traits<Codec>::is_linear,
                 "pactrain::sync: a compacted allreduce sums encoded payloads, which is correct "
                 "only for codecs that are linear under summation (codec_traits<Codec>::is_linear)");
-  static_assert(codec_traits<Codec>::is_identity,
-                "pactrain::sync on device buffers (cuda_compactor) supports identity_codec so far; "
-                "use the host engine (host_compactor) for fp16, bf16 and ternary codecs");
+  static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec>,
+                "pactrain::sync on device buffers (cuda_compactor) supports identity_codec, "
+                "fp16_codec and bf16_codec so far; use the host engine (host_compactor) for "
+                "ternary_codec");
+  static_assert(codec_traits<Codec>::is_identity || !Feedback::enabled,
+                "pactrain::sync on device buffers has no error feedback yet (use no_feedback)");
   static_assert(feedback_policy<Feedback>,
                 "pactrain::sync: Feedback must be no_feedback or error_feedback (feedback_policy)");
   static_assert(compactor_for<cuda_compactor, Mask, typename Codec::value_type>,
                 "pactrain::sync: cuda_compactor must handle Mask and the codec's value_type");
-  static_assert(stream_ordered_communicator<Comm, typename Codec::value_type>,
+  static_assert(stream_ordered_communicator<Comm, typename Codec::wire_type>,
                 "pactrain::sync on device buffers needs a stream-ordered communicator "
                 "(nccl_communicator, mpi_cuda_communicator): allreduce_async(span, op, "
                 "cudaStream_t)");
@@ -188,6 +200,7 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
 
  private:
   using clock = std::chrono::steady_clock;
+  static constexpr bool is_identity = codec_traits<Codec>::is_identity;
   // allreduce_async checked the gradient buffer once; the payload is the engine's own.
   static constexpr detail::device_buffers_checked checked{};
 
@@ -220,12 +233,14 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
         digests.push_back(m.digest());
         plans.push_back(compactor_.make_plan(m, home_));
       }
+      codec_.validate(comm_.size());
     } catch (const std::exception& e) {  // cuda_error and bad_alloc too: never leave peers waiting
       in.local_error = e.what();
     }
     digest_builder cd(0x73747261);  // "stra"
     for (auto s : strategies) cd.add(static_cast<std::uint64_t>(s));
     in.config_digest = cd.value();
+    if constexpr (requires { codec_.digest(); }) in.codec_digest = codec_.digest();
     in.mask_digests = digests;
     detail::agree(comm_, in);
 
@@ -247,9 +262,22 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
         per_bucket[b] += plans[i].count();
       }
     }
+    // Codecs: wire elements bucket by bucket, one per codec input (the sparse payload or the
+    // whole dense bucket).
+    std::vector<std::size_t> wire_offset(nb + 1, 0);
+    if constexpr (!is_identity) {
+      for (std::size_t b = 0; b < nb; ++b) {
+        const std::size_t in =
+            strategies[b] == bucket_strategy::sparse ? per_bucket[b] : layout_.buckets()[b].size;
+        wire_offset[b + 1] = wire_offset[b] + codec_.wire_size(in, comm_.size());
+      }
+    }
     detail::device_buffer<value_type> payload(total, home_);
-    PACTRAIN_CUDA_TRY(cudaStreamSynchronize(home_));  // the payload exists for every stream
+    detail::device_buffer<wire_type> wire(is_identity ? 0 : wire_offset[nb], home_);
+    PACTRAIN_CUDA_TRY(cudaStreamSynchronize(home_));  // the buffers exist for every stream
     payload_ = std::move(payload);
+    wire_ = std::move(wire);
+    wire_offset_ = std::move(wire_offset);
     masks_ = std::move(masks);
     plans_ = std::move(plans);
     strategies_ = std::move(strategies);
@@ -260,6 +288,16 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
 
   std::span<value_type> tensor_payload(std::size_t i) {
     return {payload_.data() + tensor_payload_offset_[i], plans_[i].count()};
+  }
+
+  // Codecs: the wire elements of sparse bucket b's tensor i (one per kept entry), and of
+  // bucket b.
+  std::span<wire_type> tensor_wire(std::size_t b, std::size_t i) {
+    return {wire_.data() + wire_offset_[b] + (tensor_payload_offset_[i] - bucket_start_[b]),
+            plans_[i].count()};
+  }
+  std::span<wire_type> bucket_wire(std::size_t b) {
+    return {wire_.data() + wire_offset_[b], wire_offset_[b + 1] - wire_offset_[b]};
   }
 
   // Orders this step after the previous one when it ran on another stream (the payload is
@@ -290,14 +328,30 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
       return grads.subspan(tensors[i].offset, tensors[i].size);
     };
 
-    // Gather every sparse bucket's payload.
+    // Gather every sparse bucket's payload (a codec's encode fused in); a codec also encodes
+    // each dense bucket, its pruned entries zeroed first.
     auto t0 = clock::now();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      if (strategies_[b] != bucket_strategy::sparse) continue;
       const auto& bk = buckets[b];
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        compactor_.gather_async(plans_[i], std::span<const value_type>(dense_of(i)),
-                                tensor_payload(i), stream, checked);
+      if (strategies_[b] == bucket_strategy::sparse) {
+        for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+          const std::span<const value_type> d(dense_of(i));
+          if constexpr (is_identity) {
+            compactor_.gather_async(plans_[i], d, tensor_payload(i), stream, checked);
+          } else {
+            compactor_.gather_async(plans_[i], d, tensor_wire(b, i), stream, checked);
+          }
+        }
+      } else if constexpr (!is_identity) {
+        if (bk.size == 0) continue;
+        for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+          if (plans_[i].count() != plans_[i].size()) expand_dense(i, dense_of(i), 1, stream);
+        }
+        const auto region = grads.subspan(bk.offset, bk.size);
+        detail::encode_kernel<value_type, wire_type>
+            <<<detail::grid_for(bk.size), detail::kernel_block, 0, stream>>>(
+                region.data(), bucket_wire(b).data(), bk.size);
+        PACTRAIN_CUDA_TRY(cudaGetLastError());
       }
     }
     s.gather_seconds = seconds_since(t0);
@@ -311,10 +365,15 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
     if constexpr (groups) comm_.group_start();
     try {
       for (std::size_t b = 0; b < buckets.size(); ++b) {
-        const auto region =
-            strategies_[b] == bucket_strategy::sparse
-                ? std::span<value_type>(payload_.data() + bucket_start_[b], bucket_payload_[b])
-                : grads.subspan(buckets[b].offset, buckets[b].size);
+        std::span<wire_type> region;
+        if constexpr (is_identity) {
+          region =
+              strategies_[b] == bucket_strategy::sparse
+                  ? std::span<value_type>(payload_.data() + bucket_start_[b], bucket_payload_[b])
+                  : grads.subspan(buckets[b].offset, buckets[b].size);
+        } else {
+          region = bucket_wire(b);
+        }
         if (region.empty()) continue;  // nothing kept: the same on every rank
         (void)comm_.allreduce_async(region, reduce_op::sum, stream);
         ++s.collectives;
@@ -332,16 +391,28 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
     if constexpr (groups) comm_.group_end();
     s.allreduce_seconds = seconds_since(t0);
 
-    // Expand: the mean, +0 at pruned entries.
+    // Expand: the mean, +0 at pruned entries. A codec decodes each dense bucket in place
+    // (pruned entries were sent as +0 by every rank, so they come back +0).
     t0 = clock::now();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const auto& bk = buckets[b];
+      if constexpr (!is_identity) {
+        if (strategies_[b] != bucket_strategy::sparse && bk.size != 0) {
+          detail::decode_kernel<value_type, wire_type>
+              <<<detail::grid_for(bk.size), detail::kernel_block, 0, stream>>>(
+                  bucket_wire(b).data(), grads.data() + bk.offset, bk.size, scale);
+          PACTRAIN_CUDA_TRY(cudaGetLastError());
+        }
+      }
       for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        if (strategies_[b] == bucket_strategy::sparse) {
+        if (strategies_[b] != bucket_strategy::sparse) {
+          if constexpr (is_identity) expand_dense(i, dense_of(i), scale, stream);
+        } else if constexpr (is_identity) {
           compactor_.scatter_async(plans_[i], std::span<const value_type>(tensor_payload(i)),
                                    dense_of(i), scale, stream, checked);
-        } else {
-          expand_dense(i, dense_of(i), scale, stream);
+        } else {  // decode (the mean) fused into the scatter
+          compactor_.scatter_async(plans_[i], std::span<const wire_type>(tensor_wire(b, i)),
+                                   dense_of(i), scale, stream, checked);
         }
       }
     }
@@ -385,6 +456,8 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
   std::vector<std::size_t> bucket_start_;
   std::vector<std::size_t> bucket_payload_;
   detail::device_buffer<value_type> payload_;
+  detail::device_buffer<wire_type> wire_;  // codecs only
+  std::vector<std::size_t> wire_offset_;   // wire elements before bucket b
   sync_stats stats_;
   std::uint64_t step_ = 0;
 };

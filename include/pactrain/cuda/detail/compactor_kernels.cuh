@@ -10,8 +10,15 @@
 #error "pactrain/cuda/detail/compactor_kernels.cuh needs nvcc (CUDA)"
 #endif
 
+#include <pactrain/half.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/bit>
+
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace pactrain::detail {
 
@@ -43,6 +50,31 @@ __device__ __forceinline__ bool bitmap_slot(const bitmap_view& m, std::size_t i,
   return true;
 }
 
+/// A payload value as stored: itself, or rounded to nearest even into a 16-bit float (the
+/// fp16/bf16 codecs' encode, as pactrain::half and pactrain::bfloat16 round on the host).
+template <class W, class T>
+__device__ __forceinline__ W to_wire(T v) {
+  if constexpr (std::is_same_v<W, pactrain::half>) {
+    return cuda::std::bit_cast<pactrain::half>(__half_as_ushort(__float2half_rn(v)));
+  } else if constexpr (std::is_same_v<W, pactrain::bfloat16>) {
+    return cuda::std::bit_cast<pactrain::bfloat16>(__bfloat16_as_ushort(__float2bfloat16_rn(v)));
+  } else {
+    return v;
+  }
+}
+
+/// A stored payload value back in the gradient's type (exact).
+template <class T, class W>
+__device__ __forceinline__ T from_wire(W w) {
+  if constexpr (std::is_same_v<W, pactrain::half>) {
+    return __half2float(__ushort_as_half(cuda::std::bit_cast<unsigned short>(w)));
+  } else if constexpr (std::is_same_v<W, pactrain::bfloat16>) {
+    return __bfloat162float(__ushort_as_bfloat16(cuda::std::bit_cast<unsigned short>(w)));
+  } else {
+    return w;
+  }
+}
+
 inline constexpr unsigned kernel_block = 256;
 
 /// Blocks for a grid-stride loop over `items` (> 0) work items.
@@ -51,10 +83,10 @@ inline unsigned grid_for(std::size_t items) noexcept {
   return static_cast<unsigned>(blocks < (std::size_t{1} << 20) ? blocks : (std::size_t{1} << 20));
 }
 
-// payload[slot(i)] = dense[i] for kept i.
-template <class T>
+// payload[slot(i)] = dense[i] for kept i (converted to the payload type W).
+template <class T, class W>
 __global__ void __launch_bounds__(kernel_block)
-    gather_bitmap_kernel(bitmap_view m, const T* __restrict__ dense, T* __restrict__ payload,
+    gather_bitmap_kernel(bitmap_view m, const T* __restrict__ dense, W* __restrict__ payload,
                          bool aligned) {
   const std::size_t quads = (m.size + 3) / 4;
   for (std::size_t q = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; q < quads;
@@ -71,20 +103,21 @@ __global__ void __launch_bounds__(kernel_block)
     if (aligned && i0 + 4 <= m.size) {
       const vec4<T> v = *reinterpret_cast<const vec4<T>*>(dense + i0);
       for (int j = 0; j < 4; ++j) {
-        if (kept[j]) payload[slot[j]] = v.v[j];
+        if (kept[j]) payload[slot[j]] = to_wire<W>(v.v[j]);
       }
     } else {
       for (int j = 0; j < 4; ++j) {
-        if (kept[j]) payload[slot[j]] = dense[i0 + j];
+        if (kept[j]) payload[slot[j]] = to_wire<W>(dense[i0 + j]);
       }
     }
   }
 }
 
-// dense[i] = scale * payload[slot(i)] for kept i, +0 for pruned i.
-template <class T>
+// dense[i] = scale * payload[slot(i)] for kept i (read back from the payload type W), +0
+// for pruned i.
+template <class T, class W>
 __global__ void __launch_bounds__(kernel_block)
-    scatter_bitmap_kernel(bitmap_view m, const T* __restrict__ payload, T* __restrict__ dense,
+    scatter_bitmap_kernel(bitmap_view m, const W* __restrict__ payload, T* __restrict__ dense,
                           T scale, bool aligned) {
   const std::size_t quads = (m.size + 3) / 4;
   for (std::size_t q = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; q < quads;
@@ -93,7 +126,9 @@ __global__ void __launch_bounds__(kernel_block)
     vec4<T> v;
     for (int j = 0; j < 4; ++j) {
       std::size_t slot = 0;
-      v.v[j] = (i0 + j < m.size && bitmap_slot(m, i0 + j, slot)) ? payload[slot] * scale : T(0);
+      v.v[j] = (i0 + j < m.size && bitmap_slot(m, i0 + j, slot))
+                   ? from_wire<T>(payload[slot]) * scale
+                   : T(0);
     }
     if (aligned && i0 + 4 <= m.size) {
       *reinterpret_cast<vec4<T>*>(dense + i0) = v;
@@ -104,24 +139,24 @@ __global__ void __launch_bounds__(kernel_block)
 }
 
 // payload[k] = dense[indices[k]].
-template <class T>
+template <class T, class W>
 __global__ void __launch_bounds__(kernel_block)
     gather_indices_kernel(const std::uint64_t* __restrict__ indices, std::size_t count,
-                          const T* __restrict__ dense, T* __restrict__ payload) {
+                          const T* __restrict__ dense, W* __restrict__ payload) {
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < count;
        k += std::size_t{gridDim.x} * blockDim.x) {
-    payload[k] = dense[__ldg(indices + k)];
+    payload[k] = to_wire<W>(dense[__ldg(indices + k)]);
   }
 }
 
 // dense[indices[k]] = scale * payload[k]; the pruned entries were zeroed before.
-template <class T>
+template <class T, class W>
 __global__ void __launch_bounds__(kernel_block)
     scatter_indices_kernel(const std::uint64_t* __restrict__ indices, std::size_t count,
-                           const T* __restrict__ payload, T* __restrict__ dense, T scale) {
+                           const W* __restrict__ payload, T* __restrict__ dense, T scale) {
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < count;
        k += std::size_t{gridDim.x} * blockDim.x) {
-    dense[__ldg(indices + k)] = payload[k] * scale;
+    dense[__ldg(indices + k)] = from_wire<T>(payload[k]) * scale;
   }
 }
 
@@ -142,6 +177,26 @@ __global__ void __launch_bounds__(kernel_block)
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < n;
        k += std::size_t{gridDim.x} * blockDim.x) {
     dst[k] = src[k] * scale;
+  }
+}
+
+// wire[k] = dense[k] as the wire type: a dense bucket's encode.
+template <class T, class W>
+__global__ void __launch_bounds__(kernel_block)
+    encode_kernel(const T* __restrict__ src, W* __restrict__ wire, std::size_t n) {
+  for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < n;
+       k += std::size_t{gridDim.x} * blockDim.x) {
+    wire[k] = to_wire<W>(src[k]);
+  }
+}
+
+// dst[k] = wire[k] * scale: a dense bucket's decode (the mean, as the host codec decodes).
+template <class T, class W>
+__global__ void __launch_bounds__(kernel_block)
+    decode_kernel(const W* __restrict__ wire, T* __restrict__ dst, std::size_t n, T scale) {
+  for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < n;
+       k += std::size_t{gridDim.x} * blockDim.x) {
+    dst[k] = from_wire<T>(wire[k]) * scale;
   }
 }
 
