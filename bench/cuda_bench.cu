@@ -1,4 +1,5 @@
-// cuda_bench: device gather and scatter per mask type and density, and a full sparse sync
+// cuda_bench: device gather and scatter per mask type and density (also with the fp16/bf16
+// codecs' encode and decode fused in: gather_fp16, scatter_bf16, ...), and a full sparse sync
 // through NCCL on one GPU, each against a cudaMemcpy device-to-device measured in the same run.
 //
 // Build and run (from the repository root, on a machine with a GPU):
@@ -136,7 +137,8 @@ std::size_t mask_bytes(const cuda_compactor::plan_type& p) {
          p.device_indices().size_bytes();
 }
 
-template <class Mask, bool Gather>
+// W: the payload type; half or bfloat16 for the fp16/bf16 codecs' fused encode and decode.
+template <class Mask, bool Gather, class W = float>
 void bm_compact(benchmark::State& state) {
   auto& d = dev();
   const double density = static_cast<double>(state.range(0)) / 100.0;
@@ -151,22 +153,23 @@ void bm_compact(benchmark::State& state) {
   const auto& plan = it->second;
   const std::span<float> dense(d.dense.data(), n);
   const std::span<float> out(d.out.data(), n);
-  const std::span<float> payload(d.payload.data(), plan.count());
+  const std::span<W> payload(reinterpret_cast<W*>(d.payload.data()), plan.count());
   c.gather_async(plan, std::span<const float>(dense), payload, d.stream);
   std::size_t moved = 0;
   double seconds = 0;
   if constexpr (Gather) {
     seconds = timed(
         state, [&] { c.gather_async(plan, std::span<const float>(dense), payload, d.stream); });
-    moved = n * sizeof(float) + plan.count() * sizeof(float);
+    moved = n * sizeof(float) + plan.count() * sizeof(W);
   } else {
-    seconds = timed(state, [&] {
-      c.scatter_async(plan, std::span<const float>(payload), out, 0.5f, d.stream);
-    });
-    moved = plan.count() * sizeof(float) + n * sizeof(float);
+    seconds = timed(
+        state, [&] { c.scatter_async(plan, std::span<const W>(payload), out, 0.5f, d.stream); });
+    moved = plan.count() * sizeof(W) + n * sizeof(float);
   }
   // Index plans read only kept entries of the dense side (gather) and need a memset (scatter).
-  if (plan.format() == plan_format::indices && Gather) moved = 2 * plan.count() * sizeof(float);
+  if (plan.format() == plan_format::indices && Gather) {
+    moved = plan.count() * (sizeof(float) + sizeof(W));
+  }
   report(state, seconds, moved + mask_bytes(plan));
   state.counters["density"] = density;
 }
@@ -245,6 +248,14 @@ BENCHMARK(bm_compact<index_mask, true>)->Name("gather/index")->Apply(args);
 BENCHMARK(bm_compact<index_mask, false>)->Name("scatter/index")->Apply(args);
 BENCHMARK(bm_compact<block_mask<64>, true>)->Name("gather/block64")->Apply(args);
 BENCHMARK(bm_compact<block_mask<64>, false>)->Name("scatter/block64")->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, true, pactrain::half>)->Name("gather_fp16/bitmap")->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, false, pactrain::half>)->Name("scatter_fp16/bitmap")->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, true, pactrain::bfloat16>)
+    ->Name("gather_bf16/bitmap")
+    ->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, false, pactrain::bfloat16>)
+    ->Name("scatter_bf16/bitmap")
+    ->Apply(args);
 BENCHMARK(bm_sync)->Name("sync/nccl1")->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {

@@ -179,13 +179,10 @@ class nccl_communicator {
   template <wire_value T>
   request_type allreduce_async(std::span<T> data, reduce_op op, cudaStream_t stream) {
     check(data.data(), data.size(), "allreduce");
-    if (data.empty()) return {};
-    if (!detail::is_device_pointer(data.data())) {
-      staged(data, stream, [&](T* d) { enqueue_allreduce(d, data.size(), op, stream); });
-      return {};
-    }
-    enqueue_allreduce(data.data(), data.size(), op, stream);
-    return request_type(stream);
+    return run(data, stream, [&](T* d) {
+      PACTRAIN_NCCL_TRY(comm_, ncclAllReduce(d, d, data.size(), detail::nccl_type<T>(),
+                                             detail::nccl_op(op), comm_, stream));
+    });
   }
 
   /// allreduce_async, then waits for the result.
@@ -204,17 +201,10 @@ class nccl_communicator {
     check(data.data(), data.size(), "broadcast");
     PACTRAIN_EXPECTS(root >= 0 && root < size_, "nccl_communicator::broadcast: root " +
                                                     std::to_string(root) + " out of range");
-    if (data.empty()) return {};
-    const auto enqueue = [&](T* d) {
+    return run(data, stream, [&](T* d) {
       PACTRAIN_NCCL_TRY(
           comm_, ncclBroadcast(d, d, data.size(), detail::nccl_type<T>(), root, comm_, stream));
-    };
-    if (!detail::is_device_pointer(data.data())) {
-      staged(data, stream, enqueue);
-      return {};
-    }
-    enqueue(data.data());
-    return request_type(stream);
+    });
   }
 
   /// broadcast_async, then waits for the result.
@@ -248,10 +238,17 @@ class nccl_communicator {
                      std::string("nccl_communicator::") + op + ": null buffer");
   }
 
-  template <class T>
-  void enqueue_allreduce(T* d, std::size_t n, reduce_op op, cudaStream_t stream) {
-    PACTRAIN_NCCL_TRY(
-        comm_, ncclAllReduce(d, d, n, detail::nccl_type<T>(), detail::nccl_op(op), comm_, stream));
+  // Queues `enqueue` (a collective on a device pointer) on the data itself, or on a staged
+  // copy of host data.
+  template <class T, class F>
+  request_type run(std::span<T> data, cudaStream_t stream, F&& enqueue) {
+    if (data.empty()) return {};
+    if (!detail::is_device_pointer(data.data())) {
+      staged(data, stream, enqueue);
+      return {};
+    }
+    enqueue(data.data());
+    return request_type(stream);
   }
 
   // Host data: copy into the staging buffer, run `collective` on it, copy back, synchronise.
