@@ -5,6 +5,9 @@
 #                              core header that needs MPI fails here)
 #   pactrain_header_check_mpi  headers whose path has a component starting with "mpi"
 #                              (mpi.hpp, mpi/..., detail/mpi_...), against pactrain::mpi
+#   pactrain_header_check_cuda headers whose path mentions cuda or nccl (nccl.hpp, mpi_cuda.hpp,
+#                              detail/cuda_runtime.hpp), with the host compiler, against
+#                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
 # *.cuh headers need nvcc and are skipped; *.inl files are implementation fragments included by
 # a public header, not headers of their own, and are skipped too.
 
@@ -18,6 +21,7 @@ function(pactrain_add_header_check)
 
   set(core_sources)
   set(mpi_sources)
+  set(cuda_sources)
   set(gen_dir "${CMAKE_CURRENT_BINARY_DIR}/header_check")
   foreach(header IN LISTS headers)
     string(REGEX REPLACE "[/.]" "_" stem "${header}")
@@ -30,7 +34,12 @@ function(pactrain_add_header_check)
 #include <${header}>
 #include <${header}>
 " @ONLY)
-    if(header MATCHES "(^|/)mpi[^/]*(/|$)")
+    if(header MATCHES "cuda|nccl")
+      if(TARGET pactrain::cuda AND (TARGET pactrain::nccl OR NOT header MATCHES "nccl")
+         AND (TARGET pactrain::mpi OR NOT header MATCHES "mpi"))
+        list(APPEND cuda_sources "${source}")
+      endif()
+    elseif(header MATCHES "(^|/)mpi[^/]*(/|$)")
       list(APPEND mpi_sources "${source}")
     else()
       list(APPEND core_sources "${source}")
@@ -46,5 +55,15 @@ function(pactrain_add_header_check)
     add_library(pactrain_header_check_mpi OBJECT ${mpi_sources})
     target_link_libraries(pactrain_header_check_mpi PRIVATE pactrain::mpi)
     pactrain_target_defaults(pactrain_header_check_mpi)
+  endif()
+  if(cuda_sources)
+    add_library(pactrain_header_check_cuda OBJECT ${cuda_sources})
+    target_link_libraries(pactrain_header_check_cuda PRIVATE pactrain::cuda)
+    foreach(lib IN ITEMS pactrain::nccl pactrain::mpi)
+      if(TARGET ${lib})
+        target_link_libraries(pactrain_header_check_cuda PRIVATE ${lib})
+      endif()
+    endforeach()
+    pactrain_target_defaults(pactrain_header_check_cuda)
   endif()
 endfunction()

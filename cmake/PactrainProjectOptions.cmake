@@ -7,19 +7,22 @@ include_guard(GLOBAL)
 add_library(pactrain_project_options INTERFACE)
 
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  # Host flags apply to C++ sources only; nvcc-compiled sources get theirs below.
   target_compile_options(pactrain_project_options INTERFACE
-    -Wall -Wextra -Wpedantic
+    "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic>"
     # Results that must match bit for bit across builds and translation units: no implicit
     # fused multiply-adds.
-    -ffp-contract=off)
+    "$<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>")
   if(PACTRAIN_WERROR)
-    target_compile_options(pactrain_project_options INTERFACE -Werror)
+    target_compile_options(pactrain_project_options INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:-Werror>")
   endif()
   if(PACTRAIN_SANITIZE)
     set(_pactrain_sanitize_flags
       -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
-    target_compile_options(pactrain_project_options INTERFACE ${_pactrain_sanitize_flags})
-    target_link_options(pactrain_project_options INTERFACE ${_pactrain_sanitize_flags})
+    target_compile_options(pactrain_project_options INTERFACE
+      "$<$<COMPILE_LANGUAGE:CXX>:${_pactrain_sanitize_flags}>")
+    target_link_options(pactrain_project_options INTERFACE
+      "$<$<LINK_LANGUAGE:CXX>:${_pactrain_sanitize_flags}>")
     unset(_pactrain_sanitize_flags)
   endif()
 elseif(MSVC)
@@ -29,6 +32,17 @@ elseif(MSVC)
   endif()
   if(PACTRAIN_SANITIZE)
     message(WARNING "PACTRAIN_SANITIZE is only implemented for GCC and Clang")
+  endif()
+endif()
+
+# nvcc-compiled sources: nvcc's own warnings, and the host compiler's through -Xcompiler
+# (-Wpedantic is left out: nvcc's generated host code uses GCC line directives).
+if(PACTRAIN_ENABLE_CUDA)
+  target_compile_options(pactrain_project_options INTERFACE
+    "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-ffp-contract=off>")
+  if(PACTRAIN_WERROR)
+    target_compile_options(pactrain_project_options INTERFACE
+      "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Werror>")
   endif()
 endif()
 

@@ -49,6 +49,34 @@ concept compactor_for = gradient_mask<Mask> &&
   c.scatter(p, in, out, scale);
 };
 
+namespace detail {
+
+/// The preconditions of every compactor's gather and scatter: buffer sizes matching the plan,
+/// no null buffer with a nonzero size, no overlap. Throws pactrain::error naming `where`.
+template <class T, class W>
+void check_compaction_buffers(const std::string& where, std::size_t plan_size,
+                              std::size_t plan_count, const T* dense, std::size_t dense_size,
+                              const W* payload, std::size_t payload_size) {
+  PACTRAIN_EXPECTS(dense_size == plan_size, where + "dense buffer has " +
+                                                std::to_string(dense_size) + " entries, the plan " +
+                                                std::to_string(plan_size));
+  PACTRAIN_EXPECTS(payload_size == plan_count,
+                   where + "payload buffer has " + std::to_string(payload_size) +
+                       " entries, the plan keeps " + std::to_string(plan_count));
+  PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
+  PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
+  if (dense_size != 0 && payload_size != 0) {
+    // As bytes: the payload may hold another type than the dense tensor (device codecs).
+    const auto* d = reinterpret_cast<const std::byte*>(dense);
+    const auto* p = reinterpret_cast<const std::byte*>(payload);
+    const std::less<const std::byte*> lt;
+    const bool apart = !lt(d, p + payload_size * sizeof(W)) || !lt(p, d + dense_size * sizeof(T));
+    PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
+  }
+}
+
+}  // namespace detail
+
 /// Instruction sets of the host kernels. `automatic` takes the widest the CPU supports.
 enum class host_isa { automatic, portable, avx2, avx512 };
 
@@ -304,20 +332,8 @@ class host_compactor {
   template <class T>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
                             const T* payload, std::size_t payload_size, const char* op) {
-    const std::string where = std::string("host_compactor::") + op + ": ";
-    PACTRAIN_EXPECTS(dense_size == plan.size_,
-                     where + "dense buffer has " + std::to_string(dense_size) +
-                         " entries, the plan " + std::to_string(plan.size_));
-    PACTRAIN_EXPECTS(payload_size == plan.count_,
-                     where + "payload buffer has " + std::to_string(payload_size) +
-                         " entries, the plan keeps " + std::to_string(plan.count_));
-    PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
-    PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
-    if (dense_size != 0 && payload_size != 0) {
-      const std::less<const T*> lt;
-      const bool apart = !lt(dense, payload + payload_size) || !lt(payload, dense + dense_size);
-      PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
-    }
+    detail::check_compaction_buffers(std::string("host_compactor::") + op + ": ", plan.size_,
+                                     plan.count_, dense, dense_size, payload, payload_size);
   }
 
   options opt_;

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace pactrain {
 
@@ -17,6 +18,24 @@ class error : public std::runtime_error {
 class communication_error : public error {
  public:
   using error::error;
+};
+
+/// A failed CUDA runtime call: the message names the call, the CUDA error and where it was
+/// made (see PACTRAIN_CUDA_TRY in <pactrain/detail/cuda_runtime.hpp>). Defined here, without
+/// CUDA headers, so that host code can catch it.
+class cuda_error : public error {
+ public:
+  cuda_error(const std::string& what, std::string call, std::string file, int line)
+      : error(what), call_(std::move(call)), file_(std::move(file)), line_(line) {}
+  /// The call as written, e.g. "cudaMemcpyAsync(...)".
+  [[nodiscard]] const std::string& call() const noexcept { return call_; }
+  [[nodiscard]] const std::string& file() const noexcept { return file_; }
+  [[nodiscard]] int line() const noexcept { return line_; }
+
+ private:
+  std::string call_;
+  std::string file_;
+  int line_ = 0;
 };
 
 namespace detail {

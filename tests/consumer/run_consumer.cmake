@@ -3,7 +3,7 @@
 #   cmake -DMODE=package|subdirectory -DPACTRAIN_SOURCE_DIR=<src> -DPACTRAIN_BINARY_DIR=<build>
 #         -DWORK_DIR=<scratch dir> -DEXPECTED_VERSION=<x.y.z> [-DWITH_MPI=ON|OFF]
 #         [-DGENERATOR=<gen>] [-DCONFIG=<cfg>] [-DCXX_COMPILER=<c++>] [-DC_COMPILER=<cc>]
-#         [-DMPIEXEC=<mpiexec>] [-DMPIEXEC_FLAGS=<flag|flag...>] -P run_consumer.cmake
+#         [-DWITH_NCCL=ON|OFF] [-DMPIEXEC=<mpiexec>] [-DMPIEXEC_FLAGS=<flag|flag...>] -P run_consumer.cmake
 #
 # package:      installs <build> into a fresh prefix under WORK_DIR, then the consumer uses
 #               find_package(pactrain CONFIG REQUIRED COMPONENTS mpi); also checks that an
@@ -85,6 +85,27 @@ endif()
 ")
   run("probe with an unknown component"
     "${CMAKE_COMMAND}" -S "${probe}" -B "${probe}/build" ${configure_args})
+
+  # With CUDA and NCCL: COMPONENTS nccl gives pactrain::cuda and pactrain::nccl to a host
+  # (C++ only) project, and a host source can include <pactrain/nccl.hpp>.
+  if(WITH_NCCL)
+    set(probe "${WORK_DIR}/nccl_component")
+    file(WRITE "${probe}/probe.cpp" "#include <pactrain/nccl.hpp>\nint main() { return 0; }\n")
+    file(WRITE "${probe}/CMakeLists.txt"
+"cmake_minimum_required(VERSION 3.25)
+project(pactrain_nccl_probe LANGUAGES CXX)
+find_package(pactrain CONFIG REQUIRED COMPONENTS nccl)
+if(NOT pactrain_cuda_FOUND OR NOT pactrain_nccl_FOUND OR NOT TARGET pactrain::cuda
+   OR NOT TARGET pactrain::nccl)
+  message(FATAL_ERROR \"COMPONENTS nccl did not provide pactrain::cuda and pactrain::nccl\")
+endif()
+add_library(probe OBJECT probe.cpp)
+target_link_libraries(probe PRIVATE pactrain::nccl)
+")
+    run("probe with COMPONENTS nccl"
+      "${CMAKE_COMMAND}" -S "${probe}" -B "${probe}/build" ${configure_args})
+    run("build the nccl probe" "${CMAKE_COMMAND}" --build "${probe}/build" ${config_args})
+  endif()
 elseif(MODE STREQUAL "subdirectory")
   list(APPEND configure_args -DPACTRAIN_CONSUME=subdirectory
     "-DPACTRAIN_SOURCE_DIR=${PACTRAIN_SOURCE_DIR}")

@@ -65,6 +65,11 @@ bool env_flag(const char* name) {
 
 }  // namespace
 
+// Optional gate of a test executable (the device tests: no GPU, skip): when the executable
+// defines it and it returns nonzero on any rank, every rank exits with the largest such code
+// before running a test (77 is ctest's skip code).
+extern "C" int pactrain_mpi_test_skip_code() __attribute__((weak));
+
 int main(int argc, char** argv) {
   if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
     std::fprintf(stderr, "mpi_doctest_main: MPI_Init failed\n");
@@ -74,6 +79,15 @@ int main(int argc, char** argv) {
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  if (pactrain_mpi_test_skip_code != nullptr) {
+    int skip = pactrain_mpi_test_skip_code();
+    MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (skip != 0) {
+      MPI_Finalize();
+      return skip;
+    }
+  }
 
   int failed = 0;
   bool should_exit = false;

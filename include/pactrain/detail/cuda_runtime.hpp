@@ -1,0 +1,157 @@
+// Host-side helpers over the CUDA runtime API, shared by the .cuh headers and by nccl.hpp
+// and mpi_cuda.hpp: error checking, pointer checks and a stream-ordered device buffer.
+//
+// Compiles with a host compiler (g++) and the CUDA toolkit's include directory; needs the
+// CUDA runtime library (CUDA::cudart) at link time. No kernels here.
+#pragma once
+
+#include <pactrain/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace pactrain::detail {
+
+/// Throws pactrain::cuda_error unless rc is cudaSuccess. The sticky error state is cleared
+/// (cudaGetLastError) so that a later call is not blamed for this one.
+inline void cuda_check(cudaError_t rc, const char* call, const char* file, int line) {
+  if (rc == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw cuda_error(std::string("pactrain: ") + call + " failed: " + cudaGetErrorName(rc) + " (" +
+                       cudaGetErrorString(rc) + ") at " + file + ":" + std::to_string(line),
+                   call, file, line);
+}
+
+}  // namespace pactrain::detail
+
+/// Runs a CUDA runtime call and throws pactrain::cuda_error (with the call, file and line)
+/// when it fails.
+#define PACTRAIN_CUDA_TRY(call) ::pactrain::detail::cuda_check((call), #call, __FILE__, __LINE__)
+
+namespace pactrain::detail {
+
+/// Number of CUDA devices usable here; 0 when the runtime reports any error (no driver, no
+/// device), which is how the tests decide to skip.
+inline int cuda_device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+/// True when `p` can be read by device code on the current device: device memory or
+/// managed memory. Host memory (registered or not) is not accepted where a kernel reads it.
+inline bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  const cudaError_t rc = cudaPointerGetAttributes(&a, p);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/// Throws pactrain::error (naming `where` and `what`) unless the n-entry buffer at p is
+/// device memory; empty buffers pass whatever their pointer.
+inline void expect_device_buffer(const void* p, std::size_t n, const std::string& where,
+                                 const char* what) {
+  if (n == 0) return;
+  PACTRAIN_EXPECTS(p != nullptr,
+                   where + "null " + what + " buffer with " + std::to_string(n) + " entries");
+  PACTRAIN_EXPECTS(is_device_pointer(p),
+                   where + what + " buffer is not device memory (a host pointer?)");
+}
+
+/// An array of T in device memory, allocated and freed in stream order
+/// (cudaMallocAsync/cudaFreeAsync on the stream it was created with; that stream must outlive
+/// the buffer). Movable, not copyable. Contents are uninitialised.
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  device_buffer(std::size_t n, cudaStream_t stream) : size_(n), stream_(stream) {
+    if (n != 0) {
+      void* p = nullptr;
+      PACTRAIN_CUDA_TRY(cudaMallocAsync(&p, n * sizeof(T), stream));
+      data_ = static_cast<T*>(p);
+    }
+  }
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        stream_(o.stream_) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      stream_ = o.stream_;
+    }
+    return *this;
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() { release(); }
+
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) (void)cudaFreeAsync(data_, stream_);  // destructors cannot throw
+    data_ = nullptr;
+    size_ = 0;
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+/// A host array in pinned (page-locked) memory, for staging copies. Movable, not copyable.
+template <class T>
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t n) : size_(n) {
+    if (n != 0) {
+      void* p = nullptr;
+      PACTRAIN_CUDA_TRY(cudaMallocHost(&p, n * sizeof(T)));
+      data_ = static_cast<T*>(p);
+    }
+  }
+  pinned_buffer(pinned_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  ~pinned_buffer() { release(); }
+
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) (void)cudaFreeHost(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace pactrain::detail

@@ -1,0 +1,19 @@
+// The main() of the single-process device tests (tests/cuda/*_test.cu, except the MPI one,
+// which uses tests/mpi/mpi_doctest_main.cpp): exits with 77, which ctest reports as skipped,
+// when no CUDA device is usable, and runs doctest otherwise. Compiled once by the host
+// compiler, so that no nvcc-compiled test compiles doctest's implementation.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <pactrain/detail/cuda_runtime.hpp>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  if (pactrain::detail::cuda_device_count() == 0) {
+    std::printf("no CUDA device found: test skipped\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
