@@ -247,20 +247,21 @@ class sync {
     check_open("finish_step");
     guarded([&] {
       send_scaled();
-      std::vector<std::size_t> rest;
+      // Scales needed now: prepare the remaining buckets, reduce their scales in one round,
+      // then send. scratch_ is reused from step to step: no allocation on the hot path.
+      auto& rest = scratch_;
+      rest.clear();
       for (std::size_t b = 0; b < submitted_.size(); ++b) {
         if (!submitted_[b]) rest.push_back(b);
       }
-      // Scales needed now: prepare the remaining buckets, reduce their scales in one round,
-      // then send.
       for (auto b : rest) prepare(b);
       if constexpr (Codec::uses_scale) {
         if (!reuse_scale_) {
-          std::vector<std::size_t> need;
+          scale_need_.clear();
           for (auto b : rest) {
-            if (coded(b) && !regions_[b].empty()) need.push_back(b);
+            if (coded(b) && !regions_[b].empty()) scale_need_.push_back(b);
           }
-          if (!need.empty()) reduce_scales(need);
+          if (!scale_need_.empty()) reduce_scales(scale_need_);
         }
       }
       for (auto b : rest) send(b);
@@ -360,12 +361,7 @@ class sync {
     std::vector<plan_type> plans;
     try {
       check_closed(op);
-      PACTRAIN_EXPECTS(masks.size() == layout_.tensor_count(),
-                       std::to_string(masks.size()) + " masks given for " +
-                           std::to_string(layout_.tensor_count()) + " tensors");
-      PACTRAIN_EXPECTS(strategies.size() == layout_.buckets().size(),
-                       std::to_string(strategies.size()) + " strategies given for " +
-                           std::to_string(layout_.buckets().size()) + " buckets");
+      detail::check_commit_sizes(layout_, masks, strategies.size());
       for (auto st : strategies) {
         PACTRAIN_EXPECTS(static_cast<unsigned>(st) <= 3u,
                          "bucket strategy " + std::to_string(static_cast<unsigned>(st)) +
@@ -373,12 +369,6 @@ class sync {
         PACTRAIN_EXPECTS(plain_supported || is_identity || !is_plain(st),
                          std::string("strategy ") + to_string(st) +
                              " needs a communicator that can sum the codec's value_type");
-      }
-      for (std::size_t i = 0; i < masks.size(); ++i) {
-        const auto& t = layout_.tensors()[i];
-        PACTRAIN_EXPECTS(masks[i].size() == t.size,
-                         "mask of tensor '" + t.name + "' has " + std::to_string(masks[i].size()) +
-                             " entries, the tensor " + std::to_string(t.size));
       }
       digests.reserve(masks.size());
       plans.reserve(masks.size());
@@ -810,6 +800,8 @@ class sync {
   std::vector<request_type> requests_;          // per bucket
   std::vector<std::uint8_t> submitted_;         // per bucket
   std::vector<std::size_t> order_;              // buckets in order of submission
+  std::vector<std::size_t> scratch_;            // finish_step: buckets not yet submitted
+  std::vector<std::size_t> scale_need_;         // finish_step: of those, whose scale is due
   std::vector<std::size_t> dense_ws_offset_;    // per bucket: its stretch of dense_ws_
   sync_stats step_stats_;
   clock::time_point step_start_{};

@@ -215,22 +215,11 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback> {
     std::vector<std::uint64_t> digests;
     std::vector<plan_type> plans;
     try {
-      PACTRAIN_EXPECTS(masks.size() == layout_.tensor_count(),
-                       std::to_string(masks.size()) + " masks given for " +
-                           std::to_string(layout_.tensor_count()) + " tensors");
-      PACTRAIN_EXPECTS(strategies.size() == layout_.buckets().size(),
-                       std::to_string(strategies.size()) + " strategies given for " +
-                           std::to_string(layout_.buckets().size()) + " buckets");
+      detail::check_commit_sizes(layout_, masks, strategies.size());
       for (auto st : strategies) {
         PACTRAIN_EXPECTS(st == bucket_strategy::sparse || st == bucket_strategy::dense,
                          std::string("strategy ") + to_string(st) +
                              ": the CUDA engine runs the sparse and dense strategies only");
-      }
-      for (std::size_t i = 0; i < masks.size(); ++i) {
-        const auto& t = layout_.tensors()[i];
-        PACTRAIN_EXPECTS(masks[i].size() == t.size,
-                         "mask of tensor '" + t.name + "' has " + std::to_string(masks[i].size()) +
-                             " entries, the tensor " + std::to_string(t.size));
       }
       digests.reserve(masks.size());
       plans.reserve(masks.size());

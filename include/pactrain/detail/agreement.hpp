@@ -23,6 +23,26 @@
 
 namespace pactrain::detail {
 
+/// The input checks of a mask or strategy commit, shared by the host and device engines:
+/// one mask per tensor, each of its tensor's size, and one strategy per bucket. Throws
+/// pactrain::error; the caller turns it into the agreement's local error.
+template <class Mask>
+void check_commit_sizes(const param_layout& layout, const std::vector<Mask>& masks,
+                        std::size_t strategies) {
+  PACTRAIN_EXPECTS(masks.size() == layout.tensor_count(),
+                   std::to_string(masks.size()) + " masks given for " +
+                       std::to_string(layout.tensor_count()) + " tensors");
+  PACTRAIN_EXPECTS(strategies == layout.buckets().size(),
+                   std::to_string(strategies) + " strategies given for " +
+                       std::to_string(layout.buckets().size()) + " buckets");
+  for (std::size_t i = 0; i < masks.size(); ++i) {
+    const auto& t = layout.tensors()[i];
+    PACTRAIN_EXPECTS(masks[i].size() == t.size,
+                     "mask of tensor '" + t.name + "' has " + std::to_string(masks[i].size()) +
+                         " entries, the tensor " + std::to_string(t.size));
+  }
+}
+
 struct agreement_input {
   const param_layout* layout = nullptr;
   std::span<const std::uint64_t> mask_digests;  // one per tensor; unused when local_error is set
