@@ -141,6 +141,8 @@ PACTRAIN_TARGET_AVX2 inline __m256i avx2_lanes(std::uint64_t packed) noexcept {
 }
 
 // ---- AVX2, float -----------------------------------------------------------------------------
+// Within a word every byte takes the same path. A branch on zero bytes mispredicts most near
+// 10% density, where 43% of the bytes are zero: it made the scatter 1.8x slower there.
 
 PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* words,
                                                           std::size_t nwords, const float* in,
@@ -155,10 +157,7 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
       k += 64;
       continue;
     }
-    // Visit only the nonzero bytes: at low density most are zero.
-    for (std::uint64_t rest = w; rest != 0;) {
-      const unsigned j = static_cast<unsigned>(std::countr_zero(rest)) / 8;
-      rest &= ~(0xffULL << (8 * j));
+    for (unsigned j = 0; j < 8; ++j) {
       const unsigned b = static_cast<unsigned>(w >> (8 * j)) & 0xffU;
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(b));
       const __m256 v =
@@ -188,10 +187,6 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* 
     for (unsigned j = 0; j < 8; ++j) {
       const unsigned b = static_cast<unsigned>(w >> (8 * j)) & 0xffU;
       float* dst = out + 8 * j;
-      if (b == 0) {
-        _mm256_storeu_ps(dst, _mm256_setzero_ps());
-        continue;
-      }
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(b));
       __m256 v;
       if (k + 8 <= count) {
@@ -200,7 +195,7 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* 
         v = _mm256_maskload_ps(
             p + k, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(pop)), lane_id));
       }
-      if (b != 0xffU) v = _mm256_permutevar8x32_ps(v, avx2_lanes(avx2_lut.expand8[b]));
+      v = _mm256_permutevar8x32_ps(v, avx2_lanes(avx2_lut.expand8[b]));
       v = _mm256_mul_ps(v, s);
       const __m256i keep = _mm256_cmpeq_epi32(
           _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(b)), lane_bit), lane_bit);
@@ -226,9 +221,7 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
       k += 64;
       continue;
     }
-    for (std::uint64_t rest = w; rest != 0;) {
-      const unsigned j = static_cast<unsigned>(std::countr_zero(rest)) / 4;
-      rest &= ~(0xfULL << (4 * j));
+    for (unsigned j = 0; j < 16; ++j) {
       const unsigned q = static_cast<unsigned>(w >> (4 * j)) & 0xfU;
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(q));
       const __m256 v = _mm256_permutevar8x32_ps(_mm256_castpd_ps(_mm256_loadu_pd(in + 4 * j)),
@@ -258,10 +251,6 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* 
     for (unsigned j = 0; j < 16; ++j) {
       const unsigned q = static_cast<unsigned>(w >> (4 * j)) & 0xfU;
       double* dst = out + 4 * j;
-      if (q == 0) {
-        _mm256_storeu_pd(dst, _mm256_setzero_pd());
-        continue;
-      }
       const unsigned pop = static_cast<unsigned>(__builtin_popcount(q));
       __m256d v;
       if (k + 4 <= count) {
@@ -269,10 +258,8 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* 
       } else {
         v = _mm256_maskload_pd(p + k, _mm256_cmpgt_epi64(_mm256_set1_epi64x(pop), lane_id));
       }
-      if (q != 0xfU) {
-        v = _mm256_castps_pd(
-            _mm256_permutevar8x32_ps(_mm256_castpd_ps(v), avx2_lanes(avx2_lut.expand4[q])));
-      }
+      v = _mm256_castps_pd(
+          _mm256_permutevar8x32_ps(_mm256_castpd_ps(v), avx2_lanes(avx2_lut.expand4[q])));
       v = _mm256_mul_pd(v, s);
       const __m256i keep =
           _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(q), lane_bit), lane_bit);
