@@ -10,6 +10,9 @@
 //   encode(payload, wire, ctx)      this rank's contribution;
 //   decode(wire, payload, ctx)      the reduced wire -> the mean over ranks (1/P folded in);
 //   decode_local(wire, payload, ctx) what this rank's own encoding stands for (error feedback).
+// Optional: encode_residual(payload, wire, residual, ctx) encodes and sets residual = payload -
+// decode_local(wire) in one pass, bit-identical to the three steps; the engine's error
+// feedback uses it where a codec has it.
 // Every operation is a plain loop over contiguous spans; no per-entry virtual calls.
 #pragma once
 
@@ -31,7 +34,7 @@
 #include <utility>
 
 #if PACTRAIN_HAS_X86_KERNELS
-#define PACTRAIN_CODEC_AVX2 __attribute__((target("avx2")))
+#define PACTRAIN_CODEC_AVX2 __attribute__((target("avx2"))) PACTRAIN_VECTORIZE
 #endif
 
 namespace pactrain {
@@ -293,25 +296,19 @@ class ternary_codec {
 
   void encode(std::span<const float> in, std::span<std::uint32_t> wire,
               const codec_context& c) const {
-    const shape sh = shape_of(in.size(), c.size);
-    detail::check_codec_spans("ternary_codec", "encode", in.data(), in.size(), wire.data(),
-                              wire.size(), sh.words);
-    if (sh.words == 0) return;
-    std::memset(wire.data(), 0, wire.size_bytes());
-    // A zero, negative, NaN or infinite scale sends t = 0 everywhere (and never divides).
-    const float inv = c.scale > 0 && std::isfinite(c.scale) ? 1.0f / c.scale : 0.0f;
-    const auto [k0, k1] = keys(c);
-    // Words in blocks that stay in cache while each lane plane is ORed into them.
-    constexpr std::size_t block = 4096;
-    for (std::size_t w0 = 0; w0 < sh.words; w0 += block) {
-      const std::size_t w1 = std::min(sh.words, w0 + block);
-      for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
-        const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
-        const std::size_t count = std::min(w1 - w0, in.size() - first);
-        encode_plane(in.data() + first, wire.data() + w0, count, first,
-                     static_cast<unsigned>(j) * sh.bits, inv, k0, k1);
-      }
-    }
+    encode_impl(in, wire, nullptr, c);
+  }
+
+  /// encode, and residual[k] = in[k] - decode_local(wire)[k] in the same pass (bit-identical
+  /// to the separate calls). residual must have in.size() entries and not overlap in.
+  void encode_residual(std::span<const float> in, std::span<std::uint32_t> wire,
+                       std::span<float> residual, const codec_context& c) const {
+    PACTRAIN_EXPECTS(residual.size() == in.size(),
+                     "ternary_codec::encode_residual: " + std::to_string(in.size()) +
+                         " values but " + std::to_string(residual.size()) + " residuals");
+    PACTRAIN_EXPECTS(residual.data() != nullptr || residual.empty(),
+                     "ternary_codec::encode_residual: null residual buffer");
+    encode_impl(in, wire, residual.data(), c);
   }
 
   void decode(std::span<const std::uint32_t> wire, std::span<float> out,
@@ -338,6 +335,36 @@ class ternary_codec {
     std::size_t words;
     unsigned bits;
   };
+
+  // encode, and with `residual` non-null also residual = in - decode_local(wire).
+  void encode_impl(std::span<const float> in, std::span<std::uint32_t> wire, float* residual,
+                   const codec_context& c) const {
+    const shape sh = shape_of(in.size(), c.size);
+    detail::check_codec_spans("ternary_codec", "encode", in.data(), in.size(), wire.data(),
+                              wire.size(), sh.words);
+    if (sh.words == 0) return;
+    std::memset(wire.data(), 0, wire.size_bytes());
+    // A zero, negative, NaN or infinite scale sends t = 0 everywhere (and never divides).
+    const float inv = c.scale > 0 && std::isfinite(c.scale) ? 1.0f / c.scale : 0.0f;
+    const auto [k0, k1] = keys(c);
+    // Words in blocks that stay in cache while each lane plane is ORed into them.
+    constexpr std::size_t block = 4096;
+    for (std::size_t w0 = 0; w0 < sh.words; w0 += block) {
+      const std::size_t w1 = std::min(sh.words, w0 + block);
+      for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
+        const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
+        const std::size_t count = std::min(w1 - w0, in.size() - first);
+        const plane pl{.g = in.data() + first,
+                       .r = residual == nullptr ? nullptr : residual + first,
+                       .inv = inv,
+                       .scale = c.scale,
+                       .k0 = k0,
+                       .k1 = k1,
+                       .shift = static_cast<unsigned>(j) * sh.bits};
+        encode_plane(pl, wire.data() + w0, count, first);
+      }
+    }
+  }
 
   [[nodiscard]] shape shape_of(std::size_t n, int p) const {
     const unsigned b = lane_bits(p);
@@ -369,46 +396,71 @@ class ternary_codec {
     return 1u + hit - ((hit & neg) << 1);  // without branches, so that the loop vectorises
   }
 
-  // ORs the lanes of `count` values, payload indices first.., at `shift` into w. The inner
-  // loop keeps 32-bit counters (split where the index crosses a multiple of 2^32) so that it
-  // vectorises.
-  static void encode_plane(const float* g, std::uint32_t* w, std::size_t count, std::size_t first,
-                           unsigned shift, float inv, std::uint32_t k0, std::uint32_t k1) noexcept {
+  // One lane plane of encode: values g (payload indices first..), their residuals r (or
+  // null), and the step's keys.
+  struct plane {
+    const float* g;
+    float* r;
+    float inv;
+    float scale;
+    std::uint32_t k0;
+    std::uint32_t k1;
+    unsigned shift;
+  };
+
+  // ORs the lanes of `count` values at `shift` into w, and sets their residuals. The loops
+  // keep 32-bit counters (split where the index crosses a multiple of 2^32) so that they
+  // vectorise; the residual is a separate instantiation, not a branch per entry.
+  static void encode_plane(plane p, std::uint32_t* w, std::size_t count,
+                           std::size_t first) noexcept {
 #if PACTRAIN_HAS_X86_KERNELS
-    if (detail::cpu().avx2) return encode_plane_avx2(g, w, count, first, shift, inv, k0, k1);
+    if (detail::cpu().avx2) {
+      return p.r == nullptr ? encode_plane_avx2<false>(p, w, count, first)
+                            : encode_plane_avx2<true>(p, w, count, first);
+    }
 #endif
-    encode_plane_body(g, w, count, first, shift, inv, k0, k1);
+    return p.r == nullptr ? encode_plane_body<false>(p, w, count, first)
+                          : encode_plane_body<true>(p, w, count, first);
   }
 #if PACTRAIN_HAS_X86_KERNELS
   // The same loop with 8 lanes and native 32-bit multiplies: about twice as fast.
-  PACTRAIN_CODEC_AVX2 static void encode_plane_avx2(const float* g, std::uint32_t* w,
-                                                    std::size_t count, std::size_t first,
-                                                    unsigned shift, float inv, std::uint32_t k0,
-                                                    std::uint32_t k1) noexcept {
-    encode_plane_body(g, w, count, first, shift, inv, k0, k1);
+  template <bool Residual>
+  PACTRAIN_CODEC_AVX2 static void encode_plane_avx2(plane p, std::uint32_t* w, std::size_t count,
+                                                    std::size_t first) noexcept {
+    encode_plane_body<Residual>(p, w, count, first);
   }
 #endif
-  PACTRAIN_ALWAYS_INLINE static void encode_plane_body(const float* g, std::uint32_t* w,
-                                                       std::size_t count, std::size_t first,
-                                                       unsigned shift, float inv, std::uint32_t k0,
-                                                       std::uint32_t k1) noexcept {
+  template <bool Residual>
+  PACTRAIN_ALWAYS_INLINE static void encode_plane_body(plane p, std::uint32_t* w,
+                                                       std::size_t count,
+                                                       std::size_t first) noexcept {
+    const float* g = p.g;
+    float* r = p.r;
     while (count != 0) {
       const auto lo0 = static_cast<std::uint32_t>(first);
-      const auto hi_key = static_cast<std::uint32_t>(static_cast<std::uint64_t>(first) >> 32) ^ k1;
+      const auto hi_key =
+          static_cast<std::uint32_t>(static_cast<std::uint64_t>(first) >> 32) ^ p.k1;
       const std::size_t m = std::min<std::size_t>(count, (std::uint64_t{1} << 32) - lo0);
       for (std::size_t i = 0; i < m; ++i) {
         const auto lo = lo0 + static_cast<std::uint32_t>(i);
-        w[i] |= lane(g[i], inv, random(lo, hi_key, k0)) << shift;
+        const std::uint32_t u = lane(g[i], p.inv, random(lo, hi_key, p.k0));
+        w[i] |= u << p.shift;
+        if constexpr (Residual) {
+          // decode_local's value for this lane, (u - 1) * scale, then what it missed. The
+          // product is exact (u - 1 is -1, 0 or 1), so a contraction to FMA changes nothing.
+          r[i] = g[i] - static_cast<float>(static_cast<std::int32_t>(u - 1u)) * p.scale;
+        }
       }
       g += m;
       w += m;
+      if constexpr (Residual) r += m;
       first += m;
       count -= m;
     }
   }
 
-  void unpack(std::span<const std::uint32_t> wire, std::span<float> out, const codec_context& c,
-              int bias, float f) const {
+  PACTRAIN_VECTORIZE void unpack(std::span<const std::uint32_t> wire, std::span<float> out,
+                                 const codec_context& c, int bias, float f) const {
     const shape sh = shape_of(out.size(), c.size);
     detail::check_codec_spans("ternary_codec", "decode", out.data(), out.size(), wire.data(),
                               wire.size(), sh.words);

@@ -232,7 +232,7 @@ class sync {
       send_scaled();
       prepare(b);
       if constexpr (Codec::uses_scale) {
-        if (!reuse_scale_ && coded(b) && !regions_[b].empty()) {
+        if (needs_scale_now(b)) {
           start_scale(b);
           return;
         }
@@ -247,22 +247,26 @@ class sync {
     check_open("finish_step");
     guarded([&] {
       send_scaled();
-      // Scales needed now: prepare the remaining buckets, reduce their scales in one round,
-      // then send. scratch_ is reused from step to step: no allocation on the hot path.
+      // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
+      // allreduce moves while the next one is compacted. The others wait for one MAX round
+      // over all their scales. scratch_ is reused: no allocation on the hot path.
       auto& rest = scratch_;
       rest.clear();
       for (std::size_t b = 0; b < submitted_.size(); ++b) {
-        if (!submitted_[b]) rest.push_back(b);
-      }
-      for (auto b : rest) prepare(b);
-      if constexpr (Codec::uses_scale) {
-        if (!reuse_scale_) {
-          scale_need_.clear();
-          for (auto b : rest) {
-            if (coded(b) && !regions_[b].empty()) scale_need_.push_back(b);
-          }
-          if (!scale_need_.empty()) reduce_scales(scale_need_);
+        if (submitted_[b]) continue;
+        prepare(b);
+        if (!needs_scale_now(b)) {
+          send(b);
+        } else {
+          rest.push_back(b);
         }
+      }
+      if constexpr (Codec::uses_scale) {
+        scale_need_.clear();
+        for (auto b : rest) {
+          if (needs_scale_now(b)) scale_need_.push_back(b);
+        }
+        if (!scale_need_.empty()) reduce_scales(scale_need_);
       }
       for (auto b : rest) send(b);
       complete();
@@ -343,6 +347,10 @@ class sync {
     return is_identity || is_plain(strategies_.at(b));
   }
   [[nodiscard]] bool coded(std::size_t b) const { return !plain(b); }
+  // A prepared bucket whose encoding waits for a MAX round of this step's scales.
+  [[nodiscard]] bool needs_scale_now(std::size_t b) const {
+    return Codec::uses_scale && !reuse_scale_ && coded(b) && !regions_[b].empty();
+  }
 
   [[noreturn]] void commit_rejected(std::string reason, const char* op) {
     detail::agreement_input in;
@@ -663,11 +671,18 @@ class sync {
       auto t0 = clock::now();
       const auto wire = wire_of(b);
       const codec_context ctx = context(b);
-      codec_.encode(std::span<const value_type>(region), wire, ctx);
+      const auto in = std::span<const value_type>(region);
       if constexpr (feedback) {
         auto r = std::span<value_type>(residual_).subspan(input_offset_[b], region.size());
-        codec_.decode_local(std::span<const wire_type>(wire), r, ctx);
-        for (std::size_t k = 0; k < r.size(); ++k) r[k] = region[k] - r[k];
+        if constexpr (requires { codec_.encode_residual(in, wire, r, ctx); }) {
+          codec_.encode_residual(in, wire, r, ctx);
+        } else {
+          codec_.encode(in, wire, ctx);
+          codec_.decode_local(std::span<const wire_type>(wire), r, ctx);
+          for (std::size_t k = 0; k < r.size(); ++k) r[k] = region[k] - r[k];
+        }
+      } else {
+        codec_.encode(in, wire, ctx);
       }
       s.gather_seconds += seconds_since(t0);
       t0 = clock::now();
