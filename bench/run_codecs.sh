@@ -13,6 +13,9 @@
 #   PACTRAIN_BYTES       dense gradient bytes [100M]
 #   PACTRAIN_DENSITIES   densities [0.01 0.1 0.5]
 #   PACTRAIN_ITERS, PACTRAIN_WARMUP   timed and untimed syncs per run [5, 1]
+#   PACTRAIN_ROUNDS      rounds over each point's strategies, interleaved; the table takes
+#                        each strategy's median over rounds, so that a drift of the machine
+#                        between runs weighs on all strategies alike [3]
 #   PACTRAIN_REPORT_ONLY=1   only rebuild codecs.md from codecs.csv
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +28,7 @@ bytes=${PACTRAIN_BYTES:-100M}
 read -r -a densities <<< "${PACTRAIN_DENSITIES:-0.01 0.1 0.5}"
 iters=${PACTRAIN_ITERS:-5}
 warmup=${PACTRAIN_WARMUP:-1}
+rounds=${PACTRAIN_ROUNDS:-3}
 csv=$results/codecs.csv
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
@@ -36,13 +40,13 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   cmake --build "$build" --target pactrain_sync_bench -j2 >/dev/null
   bench_exe=$(cd "$build/bench" && pwd)/pactrain-sync-bench
   mkdir -p "$results"
-  echo "link,$("$bench_exe" --csv-header)" > "$csv"
+  echo "link,round,$("$bench_exe" --csv-header)" > "$csv"
   trap 'bench/netbed/teardown.sh' EXIT
-  total=$(( ${#rates[@]} * ${#ranks_list[@]} * (1 + 4 * ${#densities[@]}) ))
+  total=$(( ${#rates[@]} * ${#ranks_list[@]} * (1 + 4 * ${#densities[@]}) * rounds ))
   done_runs=0
-  run() {  # run <rate> <ranks> <bench args...>
-    local rate=$1 np=$2 row
-    shift 2
+  run() {  # run <rate> <round> <ranks> <bench args...>
+    local rate=$1 round=$2 np=$3 row
+    shift 3
     done_runs=$((done_runs + 1))
     echo "[$done_runs/$total] $rate, $np ranks: $*" >&2
     if ! row=$(timeout 600 bench/netbed/launch.sh -n "$np" "$bench_exe" --netdev eth0 --csv "$@" \
@@ -50,16 +54,21 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
       echo "run_codecs.sh: FAILED at $rate, $np ranks: $*" >&2
       return 0
     fi
-    echo "$rate,$row" >> "$csv"
+    echo "$rate,$round,$row" >> "$csv"
   }
   for rate in "${rates[@]}"; do
     bench/netbed/setup.sh 4 "$rate"
     for np in "${ranks_list[@]}"; do
-      run "$rate" "$np" --bytes "$bytes" --strategy dense --iters "$iters" --warmup "$warmup"
+      for ((round = 1; round <= rounds; round++)); do
+        run "$rate" "$round" "$np" --bytes "$bytes" --strategy dense --iters "$iters" \
+          --warmup "$warmup"
+      done
       for d in "${densities[@]}"; do
-        for s in sparse sparse-fp16 sparse-ternary auto; do
-          run "$rate" "$np" --bytes "$bytes" --density "$d" --strategy "$s" --iters "$iters" \
-            --warmup "$warmup"
+        for ((round = 1; round <= rounds; round++)); do
+          for s in sparse sparse-fp16 sparse-ternary auto; do
+            run "$rate" "$round" "$np" --bytes "$bytes" --density "$d" --strategy "$s" \
+              --iters "$iters" --warmup "$warmup"
+          done
         done
       done
     done
@@ -69,39 +78,54 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
 fi
 
 /usr/bin/python3 - "$csv" "$results/codecs.md" <<'EOF'
-import csv, sys
+import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 fixed = ("sparse", "sparse-fp16", "sparse-ternary")
-dense = {(r["link"], r["ranks"]): float(r["median_s"]) for r in rows if r["strategy"] == "dense"}
-points = {}
+runs = {}  # (link, ranks, density, strategy) -> the rows of every round
 for r in rows:
-    if r["strategy"] == "dense":
-        continue
-    points.setdefault((r["link"], r["ranks"], r["density"]), {})[r["strategy"]] = r
-out = ["| link | ranks | density | " + " | ".join(fixed) + " | auto | auto's buckets | auto vs best fixed |",
-       "|---|---|---|" + "---|" * (len(fixed) + 3)]
-worst = 0.0
-for (link, ranks, density), by in sorted(points.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), float(kv[0][2]))):
+    density = "" if r["strategy"] == "dense" else r["density"]
+    runs.setdefault((r["link"], r["ranks"], density, r["strategy"]), []).append(r)
+def med(key):
+    return statistics.median(float(r["median_s"]) for r in runs[key])
+dense = {(l, n): med((l, n, d, s)) for (l, n, d, s) in runs if s == "dense"}
+points = sorted({(l, n, d) for (l, n, d, s) in runs if s != "dense"},
+                key=lambda p: (p[0], int(p[1]), float(p[2])))
+n_rounds = max((len(v) for v in runs.values()), default=0)
+out = ["| link | ranks | density | " + " | ".join(fixed) +
+       " | auto | auto predicted | auto's buckets | auto vs best fixed |",
+       "|---|---|---|" + "---|" * (len(fixed) + 4)]
+worst = None
+for (link, ranks, density) in points:
     base = dense.get((link, ranks))
     def cell(s):
-        if s not in by:
+        if (link, ranks, density, s) not in runs:
             return "-"
-        t = float(by[s]["median_s"])
+        t = med((link, ranks, density, s))
         return f"{t:.3f} s" + (f" ({base / t:.1f}x)" if base else "")
-    best = min((float(by[s]["median_s"]) for s in fixed if s in by), default=None)
-    verdict = "-"
-    if best and "auto" in by:
-        rel = float(by["auto"]["median_s"]) / best - 1
-        worst = max(worst, rel)
-        verdict = f"{100 * rel:+.0f}% ({'within' if rel <= 0.05 else 'OUTSIDE'} 5%)"
-    plan = by.get("auto", {}).get("plan") or "-"
+    best = min((med((link, ranks, density, s)) for s in fixed
+                if (link, ranks, density, s) in runs), default=None)
+    verdict, plan, predicted = "-", "-", "-"
+    auto = runs.get((link, ranks, density, "auto"))
+    if auto:
+        plan = " / ".join(sorted({r["plan"] for r in auto}))
+        p = [float(r["predicted_s"]) for r in auto if r.get("predicted_s")]
+        predicted = f"{statistics.median(p):.3f} s" if p else "-"
+        if best:
+            rel = med((link, ranks, density, "auto")) / best - 1
+            worst = rel if worst is None else max(worst, rel)
+            verdict = f"{100 * rel:+.0f}% ({'within' if rel <= 0.05 else 'OUTSIDE'} 5%)"
     out.append(f"| {link} | {ranks} | {density} | " + " | ".join(cell(s) for s in fixed) +
-               f" | {cell('auto')} | {plan} | {verdict} |")
-lines = ["Median seconds per sync of 100 MB of float gradients (speedup over dense ring "
-         "allreduce at the same link and rank count in brackets). `none` is the unshaped "
-         "testbed. Generated by `bench/run_codecs.sh` from `codecs.csv`.", ""]
-lines += [f"Dense ring: " + ", ".join(f"{l}, {n} ranks: {t:.3f} s" for (l, n), t in sorted(dense.items())), ""]
-lines += out + ["", f"Largest distance of auto from the best fixed strategy: {100 * worst:+.0f}%."]
+               f" | {cell('auto')} | {predicted} | {plan} | {verdict} |")
+size = ", ".join(sorted({f"{int(r['bytes']) / 1e6:g} MB" for r in rows}))
+lines = [f"Seconds per sync of {size} of float gradients: each run's median over its syncs, then "
+         f"the median over {n_rounds} interleaved rounds (speedup over dense ring allreduce at "
+         "the same link and rank count in brackets). `none` is the unshaped testbed. Generated "
+         "by `bench/run_codecs.sh` from `codecs.csv`.", ""]
+lines += ["Dense ring: " + ", ".join(f"{l}, {n} ranks: {t:.3f} s"
+                                     for (l, n), t in sorted(dense.items())), ""]
+if worst is not None:
+    out += ["", f"Largest distance of auto from the best fixed strategy: {100 * worst:+.0f}%."]
+lines += out
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

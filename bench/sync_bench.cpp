@@ -42,12 +42,14 @@
 //   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
 //           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
 //           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
-//   auto    the planner: for an engine with the fp16 codec and one with ternary lanes and
-//           error feedback, pactrain::calibrate times a few collectives, compaction and the
-//           codec at start-up, and plan_buckets picks per bucket the fastest of dense_plain,
-//           sparse_plain, sparse (coded) and dense (coded) from that cost model; the engine
-//           whose plan predicts the shorter sync is kept. The `plan` column names the codec
-//           and the chosen strategies.
+//   auto    the planner: pactrain::calibrate_link times two allreduces once; then, for an
+//           engine with the fp16 codec and one with ternary lanes and error feedback,
+//           pactrain::calibrate_local times compaction and the codec at the size of one
+//           bucket and the run's density, and plan_buckets picks per bucket the fastest of
+//           dense_plain, sparse_plain, sparse (coded) and dense (coded) from that cost
+//           model; the engine whose plan predicts the shorter sync is kept. The `plan` column
+//           names the codec and the chosen strategies, `predicted_s` the planner's
+//           prediction (empty for the fixed strategies).
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -101,7 +103,7 @@ double seconds_since(clock_type::time_point t0) {
 
 constexpr const char* csv_header =
     "strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
-    "compute_p_s,iters,allreduce,plan";
+    "compute_p_s,iters,allreduce,plan,predicted_s";
 
 struct options {
   std::size_t bytes = 0;
@@ -256,6 +258,13 @@ pactrain::param_layout make_layout(std::size_t n, std::size_t tensor) {
   return l;
 }
 
+/// The planner's calibration for this run: local work timed at the size of one bucket (one
+/// tensor) and at the run's density, as the engine will do it.
+pactrain::calibration_options calibration(const options& o) {
+  return {.compact_entries = std::max<std::size_t>(o.tensor, 1),
+          .compact_density = o.density > 0 && o.density <= 1 ? o.density : 0.1};
+}
+
 // --- half precision -----------------------------------------------------------------------------
 
 // IEEE binary16 <-> binary32, round to nearest even; the portable reference path.
@@ -400,6 +409,8 @@ class strategy {
   [[nodiscard]] virtual double rank_dependent_seconds() const { return 0.0; }
   /// The engine's bucket strategies, e.g. "sparse:24 dense_plain:1" (empty for baselines).
   [[nodiscard]] virtual std::string plan() const { return {}; }
+  /// auto: the planner's predicted seconds per sync; negative for the fixed strategies.
+  [[nodiscard]] virtual double predicted_seconds() const { return -1.0; }
 };
 
 std::vector<float> dense_average(const options& o, std::size_t n, int ranks) {
@@ -488,26 +499,28 @@ std::vector<pactrain::bitmap_mask> bench_masks(const pactrain::param_layout& l, 
 
 /// pactrain::sync over a random mask of the density: plain compaction (identity codec), a
 /// codec on the kept entries (sparse-fp16, sparse-ternary with error feedback), or, with
-/// `plan`, the adaptive planner's per-bucket choice from a cost model calibrated at start-up.
+/// a link model, the adaptive planner's per-bucket choice from a cost model calibrated at
+/// start-up.
 template <class Codec, class Feedback = pactrain::no_feedback>
 class engine_strategy final : public strategy {
  public:
+  /// With `link`: calibrates the local work over it and plans every bucket.
   engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
-                  bool plan = false)
+                  const pactrain::link_model* link = nullptr)
       : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, {},
               std::move(codec)) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
-    if (plan) {
-      const auto model =
-          pactrain::calibrate(sync_.get_communicator(), {}, sync_.compactor(), sync_.codec());
+    if (link != nullptr) {
+      const auto model = pactrain::calibrate_local(sync_.get_communicator(), *link,
+                                                   calibration(o), sync_.compactor(), sync_.codec());
       const auto p = pactrain::plan_buckets(model, sync_.get_communicator().size(),
                                             pactrain::bucket_shapes(sync_));
       sync_.set_strategies(p.strategies);
       predicted_ = p.predicted_seconds;
     }
   }
-  /// With `plan`: the planner's predicted seconds per sync (the same on every rank).
-  [[nodiscard]] double predicted_seconds() const noexcept { return predicted_; }
+  /// Planned: the planner's predicted seconds per sync (the same on every rank).
+  [[nodiscard]] double predicted_seconds() const override { return predicted_; }
   double sync(std::vector<float>& g) override {
     sync_.allreduce(std::span<float>(g));
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
@@ -544,7 +557,7 @@ class engine_strategy final : public strategy {
   pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator, Codec,
                  Feedback>
       sync_;
-  double predicted_ = 0;
+  double predicted_ = -1.0;
 
   static std::string codec_name() {
     if constexpr (pactrain::codec_traits<Codec>::is_identity) {
@@ -565,11 +578,13 @@ class engine_strategy final : public strategy {
 std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t n) {
   using fp16_engine = engine_strategy<pactrain::fp16_codec>;
   using ternary_engine = engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>;
-  auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{}, true);
+  pactrain::mpi_communicator link_comm{comm};
+  const auto link = pactrain::calibrate_link(link_comm, calibration(o));
+  auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{}, &link);
   const double t_fp16 = fp16->predicted_seconds();
   std::unique_ptr<strategy> kept = std::move(fp16);
-  auto ternary =
-      std::make_unique<ternary_engine>(comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, true);
+  auto ternary = std::make_unique<ternary_engine>(
+      comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, &link);
   if (ternary->predicted_seconds() < t_fp16) kept = std::move(ternary);
   return kept;
 }
@@ -812,10 +827,12 @@ int run(const options& o) {
       const double lo = *std::min_element(times.begin(), times.end());
       const double hi = *std::max_element(times.begin(), times.end());
       if (o.csv) {
-        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s\n", o.strategy.c_str(),
-                    ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(), wire.c_str(),
-                    median(locals), median(growing), o.iters, allreduce_algorithm().c_str(),
-                    s->plan().c_str());
+        const std::string predicted =
+            s->predicted_seconds() < 0 ? "" : std::to_string(s->predicted_seconds());
+        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s\n",
+                    o.strategy.c_str(), ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(),
+                    wire.c_str(), median(locals), median(growing), o.iters,
+                    allreduce_algorithm().c_str(), s->plan().c_str(), predicted.c_str());
       } else {
         std::printf(
             "%s: %d ranks, %zu bytes, density %g: median %.6f s per sync (min %.6f, max %.6f) "
@@ -824,6 +841,9 @@ int run(const options& o) {
             s->bytes_sent(), wire.empty() ? "" : ", on the wire ", wire.c_str(),
             allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ",
             s->plan().c_str());
+        if (s->predicted_seconds() >= 0) {
+          std::printf("  the planner predicted %.6f s per sync\n", s->predicted_seconds());
+        }
       }
       std::fflush(stdout);
     }

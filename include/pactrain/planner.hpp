@@ -1,6 +1,7 @@
 // The adaptive planner: per bucket, the strategy a cost model predicts to be fastest.
 //
 //   auto model = pactrain::calibrate(comm);                  // collective: timed collectives
+//   (or calibrate_link once, then calibrate_local per engine, to compare engines on one link)
 //   auto plan = pactrain::plan_buckets(model, comm.size(), pactrain::bucket_shapes(sync));
 //   sync.set_strategies(plan.strategies);                    // collective, checked across ranks
 //
@@ -197,11 +198,19 @@ std::vector<bucket_shape> bucket_shapes(const Sync& s) {
 }
 
 struct calibration_options {
-  std::size_t small_bytes = 4096;          // latency point
-  std::size_t large_bytes = 4u << 20;      // bandwidth point
-  std::size_t compact_entries = 1u << 20;  // compaction timing
+  std::size_t small_bytes = 4096;      // latency point
+  std::size_t large_bytes = 4u << 20;  // bandwidth point
+  /// Entries of the compaction and codec timings. Local work is memory-bound once buffers
+  /// leave the cache, so time it at the size of your buckets (the default is 16 MiB of float).
+  std::size_t compact_entries = 4u << 20;
   double compact_density = 0.1;
   int repetitions = 5;  // median of this many, after one warm-up
+};
+
+/// The link half of a cost_model: alpha and beta.
+struct link_model {
+  double latency = 0;
+  double seconds_per_byte = 0;
 };
 
 namespace detail {
@@ -220,30 +229,56 @@ double median_seconds(int reps, F&& f) {
   return t[t.size() / 2];
 }
 
-}  // namespace detail
-
-/// Collective: measures a cost model on `comm` (all ranks must call it). Times float
-/// allreduces of two sizes and solves the alpha-beta pair from them; times `compactor`'s
-/// gather + scatter and a dense scaling pass per entry and, for a codec other than the
-/// identity, encode + decode_local + decode and the residual update of compact_entries values
-/// (what a coded entry costs with error feedback); every value is the maximum over the ranks.
-/// Takes well under a second on a LAN-class link.
-template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
-cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& compactor = {},
-                     const Codec& codec = {}) {
+inline void check_calibration_options(const calibration_options& opt) {
   PACTRAIN_EXPECTS(opt.small_bytes >= sizeof(float) && opt.large_bytes > opt.small_bytes,
                    "calibrate: need 4 <= small_bytes < large_bytes");
   PACTRAIN_EXPECTS(opt.repetitions >= 1 && opt.compact_entries > 0 && opt.compact_density > 0 &&
                        opt.compact_density <= 1,
                    "calibrate: need repetitions >= 1, compact_entries > 0 and a density in (0, 1]");
+}
+
+}  // namespace detail
+
+/// Collective: times float allreduces of two sizes on `comm`, as the engine runs them (started
+/// nonblocking, then waited for), and solves the alpha-beta pair from them; both are the
+/// maximum over the ranks. Calibrate the link once and reuse it for every engine you compare:
+/// two calibrations of a noisy link differ more than the engines may.
+template <communicator Comm>
+link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
+  detail::check_calibration_options(opt);
   std::vector<float> buf(opt.large_bytes / sizeof(float), 1.0f);
   auto time_allreduce = [&](std::size_t bytes) {
     auto s = std::span<float>(buf).first(bytes / sizeof(float));
-    return detail::median_seconds(opt.repetitions, [&] { comm.allreduce(s, reduce_op::sum); });
+    return detail::median_seconds(opt.repetitions,
+                                  [&] { comm.allreduce_async(s, reduce_op::sum).wait(); });
   };
-  const double t_small = time_allreduce(opt.small_bytes);
-  const double t_large = time_allreduce(opt.large_bytes);
+  double v[2] = {time_allreduce(opt.small_bytes), time_allreduce(opt.large_bytes)};
+  comm.allreduce(std::span<double>(v), reduce_op::max);  // the same model on every rank
+  link_model l;
+  const int p = comm.size();
+  if (p > 1) {
+    // t = 2(P-1) alpha + 2(P-1)/P S beta at both sizes.
+    const double steps = 2.0 * (p - 1);
+    const double share = steps / p;
+    const double s1 = static_cast<double>(opt.small_bytes);
+    const double s2 = static_cast<double>(opt.large_bytes);
+    l.seconds_per_byte = std::max(0.0, (v[1] - v[0]) / (share * (s2 - s1)));
+    l.latency = std::max(0.0, (v[0] - share * s1 * l.seconds_per_byte) / steps);
+  }
+  return l;
+}
 
+/// Collective: a cost model over a measured `link`. Times `compactor`'s gather + scatter and
+/// a dense scaling pass per entry and, for a codec other than the identity, what the engine
+/// does per coded entry with error feedback (the residual added, encode with the residual
+/// update, decode), all over compact_entries values; every value is the maximum over ranks.
+template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
+cost_model calibrate_local(Comm& comm, const link_model& link, calibration_options opt = {},
+                           const Compactor& compactor = {}, const Codec& codec = {}) {
+  detail::check_calibration_options(opt);
+  PACTRAIN_EXPECTS(std::isfinite(link.latency) && link.latency >= 0 &&
+                       std::isfinite(link.seconds_per_byte) && link.seconds_per_byte >= 0,
+                   "calibrate_local: the link model must be finite and >= 0");
   // Local work: gather + scatter at the given density, and the dense path's scaling pass.
   const std::size_t n = opt.compact_entries;
   const auto stride = static_cast<std::size_t>(std::max(1.0, std::round(1 / opt.compact_density)));
@@ -260,41 +295,46 @@ cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& 
   double t_codec = 0;
   if constexpr (!codec_traits<Codec>::is_identity) {
     using value_type = typename Codec::value_type;
-    // As many entries as the compaction pass, so that both are timed at the same footprint;
-    // with the residual update of error feedback, the costlier case.
+    using wire_type = typename Codec::wire_type;
     std::vector<value_type> in(n), back(n), residual(n, value_type(0));
     for (std::size_t i = 0; i < n; ++i) {
       in[i] = value_type(static_cast<float>(i % 7) * 0.125f - 0.375f);
     }
-    std::vector<typename Codec::wire_type> wire(codec.wire_size(n, comm.size()));
+    std::vector<wire_type> wire(codec.wire_size(n, comm.size()));
     const codec_context ctx{.rank = comm.rank(), .size = comm.size(), .scale = 0.5f};
+    const auto cin = std::span<const value_type>(in);
+    const auto r = std::span<value_type>(residual);
     t_codec = detail::median_seconds(opt.repetitions, [&] {
       for (std::size_t i = 0; i < n; ++i) in[i] += residual[i];
-      codec.encode(std::span<const value_type>(in), std::span(wire), ctx);
-      codec.decode_local(std::span<const typename Codec::wire_type>(wire), std::span(back), ctx);
-      for (std::size_t i = 0; i < n; ++i) residual[i] = in[i] - back[i];
-      codec.decode(std::span<const typename Codec::wire_type>(wire), std::span(back), ctx);
+      if constexpr (requires { codec.encode_residual(cin, std::span(wire), r, ctx); }) {
+        codec.encode_residual(cin, std::span(wire), r, ctx);
+      } else {
+        codec.encode(cin, std::span(wire), ctx);
+        codec.decode_local(std::span<const wire_type>(wire), std::span(back), ctx);
+        for (std::size_t i = 0; i < n; ++i) residual[i] = in[i] - back[i];
+      }
+      codec.decode(std::span<const wire_type>(wire), std::span(back), ctx);
     });
   }
 
-  double v[5] = {t_small, t_large, t_compact, t_scale, t_codec};
+  double v[3] = {t_compact, t_scale, t_codec};
   comm.allreduce(std::span<double>(v), reduce_op::max);  // the same model on every rank
 
   cost_model m;
-  m.compact_seconds_per_entry = v[2] / static_cast<double>(n);
-  m.dense_seconds_per_entry = v[3] / static_cast<double>(n);
-  m.codec_seconds_per_entry = v[4] / static_cast<double>(n);
-  const int p = comm.size();
-  if (p > 1) {
-    // t = 2(P-1) alpha + 2(P-1)/P S beta at both sizes.
-    const double steps = 2.0 * (p - 1);
-    const double share = steps / p;
-    const double s1 = static_cast<double>(opt.small_bytes);
-    const double s2 = static_cast<double>(opt.large_bytes);
-    m.seconds_per_byte = std::max(0.0, (v[1] - v[0]) / (share * (s2 - s1)));
-    m.latency = std::max(0.0, (v[0] - share * s1 * m.seconds_per_byte) / steps);
-  }
+  m.latency = link.latency;
+  m.seconds_per_byte = link.seconds_per_byte;
+  m.compact_seconds_per_entry = v[0] / static_cast<double>(n);
+  m.dense_seconds_per_entry = v[1] / static_cast<double>(n);
+  m.codec_seconds_per_entry = v[2] / static_cast<double>(n);
   return m;
+}
+
+/// Collective: calibrate_link, then calibrate_local over it. About a second on a 1 Gbit/s
+/// link with the default options.
+template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
+cost_model calibrate(Comm& comm, calibration_options opt = {}, const Compactor& compactor = {},
+                     const Codec& codec = {}) {
+  return calibrate_local(comm, calibrate_link(comm, opt), opt, compactor, codec);
 }
 
 }  // namespace pactrain

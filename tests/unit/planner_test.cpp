@@ -178,6 +178,19 @@ TEST_CASE("calibration with a codec, and shapes of a codec engine") {
   const auto plain =
       calibrate(comm, {.large_bytes = 1 << 16, .compact_entries = 1 << 14, .repetitions = 2});
   CHECK(plain.codec_seconds_per_entry == 0.0);
+  // A link measured once is carried into each engine's model unchanged.
+  const link_model link{.latency = 2.5e-5, .seconds_per_byte = 8e-9};
+  const auto reused = calibrate_local(
+      comm, link, {.large_bytes = 1 << 16, .compact_entries = 1 << 14, .repetitions = 2},
+      host_compactor{}, fp16_codec{});
+  CHECK(reused.latency == 2.5e-5);
+  CHECK(reused.seconds_per_byte == 8e-9);
+  CHECK(reused.codec_seconds_per_entry > 0.0);
+  CHECK_THROWS_WITH_AS(calibrate_local(comm, link_model{.latency = -1}),
+                       doctest::Contains("finite and >= 0"), pactrain::error);
+  CHECK_THROWS_WITH_AS(calibrate_local(comm, link_model{.seconds_per_byte = NAN}),
+                       doctest::Contains("finite and >= 0"), pactrain::error);
+  CHECK(calibrate_link(comm, {.large_bytes = 1 << 16}).seconds_per_byte == 0.0);
 
   param_layout l(5000);
   l.add("big", 100, 100).add("small", 50);
