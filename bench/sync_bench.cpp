@@ -12,7 +12,10 @@
 // Options:
 //   --bytes N        dense gradient bytes (float32; suffixes k M G = 10^3.., Ki Mi Gi = 2^10..)
 //   --density D      kept fraction, 0 < D <= 1 (sparse, topk; reported for all)
-//   --strategy S     dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto
+//   --strategy S[,S...]  dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto;
+//                    several, comma-separated, are timed side by side in one run: all are
+//                    set up first, then the timed syncs take turns (one sync of each, in the
+//                    order given, per iteration), and each prints its own row
 //   --iters N        timed synchronisations (default 10)
 //   --warmup N       untimed synchronisations first (default 2)
 //   --tensor N       entries per tensor of the synthetic layout (default 4Mi; one bucket each)
@@ -108,7 +111,7 @@ constexpr const char* csv_header =
 struct options {
   std::size_t bytes = 0;
   double density = -1;
-  std::string strategy;
+  std::vector<std::string> strategies;  // timed side by side, one sync each in turn
   int iters = 10;
   int warmup = 2;
   std::size_t tensor = std::size_t{1} << 22;
@@ -165,13 +168,24 @@ options parse(int argc, char** argv) {
         throw usage_error("--density: '" + v + "' is not a number in (0, 1]");
       }
     } else if (a == "--strategy") {
-      o.strategy = value(i);
       constexpr std::string_view known[] = {"dense",       "sparse",         "topk", "fp16",
                                             "sparse-fp16", "sparse-ternary", "auto"};
-      if (std::find(std::begin(known), std::end(known), o.strategy) == std::end(known)) {
-        throw usage_error(
-            "--strategy: '" + o.strategy +
-            "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary or auto");
+      o.strategies.clear();
+      std::string_view list = value(i);
+      for (;;) {
+        const std::size_t comma = list.find(',');
+        const std::string name(list.substr(0, comma));
+        if (std::find(std::begin(known), std::end(known), name) == std::end(known)) {
+          throw usage_error(
+              "--strategy: '" + name +
+              "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary or auto");
+        }
+        if (std::find(o.strategies.begin(), o.strategies.end(), name) != o.strategies.end()) {
+          throw usage_error("--strategy: '" + name + "' is listed twice");
+        }
+        o.strategies.push_back(name);
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
       }
     } else if (a == "--iters") {
       const auto n = parse_count(a, value(i));
@@ -199,7 +213,7 @@ options parse(int argc, char** argv) {
       throw usage_error("unknown option '" + std::string(a) + "'");
     }
   }
-  if (o.strategy.empty()) throw usage_error("--strategy is required");
+  if (o.strategies.empty()) throw usage_error("--strategy is required");
   if (o.bytes == 0) throw usage_error("--bytes is required and must be positive");
   if (o.bytes % sizeof(float) != 0) {
     throw usage_error("--bytes: " + std::to_string(o.bytes) + " is not a multiple of 4 (float32)");
@@ -208,8 +222,10 @@ options parse(int argc, char** argv) {
     throw usage_error("--bytes: at most 2^32 entries (topk sends 32-bit indices)");
   }
   if (o.density < 0) {
-    if (o.strategy == "sparse" || o.strategy == "topk") {
-      throw usage_error("--density is required for --strategy " + o.strategy);
+    for (const auto& name : o.strategies) {
+      if (name == "sparse" || name == "topk") {
+        throw usage_error("--density is required for --strategy " + name);
+      }
     }
     o.density = 1.0;
   }
@@ -759,87 +775,108 @@ int run(const options& o) {
   fill_gradient(base, o.seed, rank);
   int bad = 0;
   {
-    std::unique_ptr<strategy> s;
-    if (o.strategy == "dense") s = std::make_unique<dense_strategy>(comm, n);
-    if (o.strategy == "fp16") s = std::make_unique<fp16_strategy>(comm, n);
-    if (o.strategy == "sparse")
-      s = std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(comm, o, n);
-    if (o.strategy == "sparse-fp16")
-      s = std::make_unique<engine_strategy<pactrain::fp16_codec>>(comm, o, n);
-    if (o.strategy == "sparse-ternary") {
-      s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
-          comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
+    // Every strategy is built before any is timed, and the timed syncs take turns (one of
+    // each, then the next round), so that a drift of the machine weighs on all alike.
+    struct entry {
+      std::string name;
+      std::unique_ptr<strategy> s;
+      std::vector<double> times, locals, growing;
+      std::uint64_t tx = 0;  // bytes the interface sent during this strategy's timed syncs
+    };
+    std::vector<entry> list;
+    for (const auto& name : o.strategies) {
+      std::unique_ptr<strategy> s;
+      if (name == "dense") s = std::make_unique<dense_strategy>(comm, n);
+      if (name == "fp16") s = std::make_unique<fp16_strategy>(comm, n);
+      if (name == "sparse")
+        s = std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(comm, o, n);
+      if (name == "sparse-fp16")
+        s = std::make_unique<engine_strategy<pactrain::fp16_codec>>(comm, o, n);
+      if (name == "sparse-ternary") {
+        s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
+            comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
+      }
+      if (name == "auto") s = make_auto(comm, o, n);
+      if (name == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
+      list.push_back({name, std::move(s), {}, {}, {}, 0});
     }
-    if (o.strategy == "auto") s = make_auto(comm, o, n);
-    if (o.strategy == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
 
     if (o.verify) {
-      g = base;
-      s->sync(g);
-      const auto ref = s->reference(o, ranks);
-      const double tol = s->tolerance(ranks);
-      std::size_t mismatches = 0;
-      double worst = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const double d = std::fabs(static_cast<double>(g[i]) - ref[i]);
-        worst = std::max(worst, d);
-        if (d > tol || (tol == 0 && std::memcmp(&g[i], &ref[i], 4) != 0)) ++mismatches;
-      }
-      if (mismatches != 0) {
-        std::fprintf(stderr, "rank %d: verify %s: %zu of %zu entries differ (worst %.3g)\n", rank,
-                     o.strategy.c_str(), mismatches, n, worst);
-        bad = 1;
-      }
-      MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm);
-      if (rank == 0 && !o.csv) {
-        std::printf("verify %s: %s\n", o.strategy.c_str(), bad ? "FAILED" : "ok");
+      for (auto& e : list) {
+        g = base;
+        e.s->sync(g);
+        const auto ref = e.s->reference(o, ranks);
+        const double tol = e.s->tolerance(ranks);
+        std::size_t mismatches = 0;
+        double worst = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const double d = std::fabs(static_cast<double>(g[i]) - ref[i]);
+          worst = std::max(worst, d);
+          if (d > tol || (tol == 0 && std::memcmp(&g[i], &ref[i], 4) != 0)) ++mismatches;
+        }
+        int wrong = mismatches != 0;
+        if (wrong) {
+          std::fprintf(stderr, "rank %d: verify %s: %zu of %zu entries differ (worst %.3g)\n",
+                       rank, e.name.c_str(), mismatches, n, worst);
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_MAX, comm);
+        bad = bad || wrong;
+        if (rank == 0 && !o.csv) {
+          std::printf("verify %s: %s\n", e.name.c_str(), wrong ? "FAILED" : "ok");
+        }
       }
     }
 
     for (int w = 0; w < o.warmup; ++w) {
-      g = base;
-      s->sync(g);
+      for (auto& e : list) {
+        g = base;
+        e.s->sync(g);
+      }
     }
-    std::vector<double> times, locals, growing;
-    const std::uint64_t tx0 = read_tx_bytes(o.netdev);
     for (int it = 0; it < o.iters; ++it) {
-      g = base;
-      MPI_Barrier(comm);
-      const auto t0 = clock_type::now();
-      double local = s->sync(g);
-      double dt = seconds_since(t0);
-      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);
-      double grow = s->rank_dependent_seconds();
-      MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_MAX, comm);
-      MPI_Allreduce(MPI_IN_PLACE, &grow, 1, MPI_DOUBLE, MPI_MAX, comm);
-      times.push_back(dt);
-      locals.push_back(local);
-      growing.push_back(grow);
+      for (auto& e : list) {
+        g = base;
+        const std::uint64_t tx0 = read_tx_bytes(o.netdev);
+        MPI_Barrier(comm);
+        const auto t0 = clock_type::now();
+        double local = e.s->sync(g);
+        double dt = seconds_since(t0);
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);
+        double grow = e.s->rank_dependent_seconds();
+        MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_MAX, comm);
+        MPI_Allreduce(MPI_IN_PLACE, &grow, 1, MPI_DOUBLE, MPI_MAX, comm);
+        e.tx += read_tx_bytes(o.netdev) - tx0;
+        e.times.push_back(dt);
+        e.locals.push_back(local);
+        e.growing.push_back(grow);
+      }
     }
-    std::string wire;
-    if (!o.netdev.empty()) {
-      double tx = static_cast<double>(read_tx_bytes(o.netdev) - tx0) / o.iters;
-      MPI_Allreduce(MPI_IN_PLACE, &tx, 1, MPI_DOUBLE, MPI_SUM, comm);
-      wire = std::to_string(static_cast<std::uint64_t>(tx / ranks));
-    }
-    if (rank == 0) {
-      const double med = median(times);
-      const double lo = *std::min_element(times.begin(), times.end());
-      const double hi = *std::max_element(times.begin(), times.end());
+    for (auto& e : list) {
+      std::string wire;
+      if (!o.netdev.empty()) {
+        double tx = static_cast<double>(e.tx) / o.iters;
+        MPI_Allreduce(MPI_IN_PLACE, &tx, 1, MPI_DOUBLE, MPI_SUM, comm);
+        wire = std::to_string(static_cast<std::uint64_t>(tx / ranks));
+      }
+      if (rank != 0) continue;
+      const auto& s = e.s;
+      const double med = median(e.times);
+      const double lo = *std::min_element(e.times.begin(), e.times.end());
+      const double hi = *std::max_element(e.times.begin(), e.times.end());
       if (o.csv) {
         const std::string predicted =
             s->predicted_seconds() < 0 ? "" : std::to_string(s->predicted_seconds());
         std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s\n",
-                    o.strategy.c_str(), ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(),
-                    wire.c_str(), median(locals), median(growing), o.iters,
+                    e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(),
+                    wire.c_str(), median(e.locals), median(e.growing), o.iters,
                     allreduce_algorithm().c_str(), s->plan().c_str(), predicted.c_str());
       } else {
         std::printf(
             "%s: %d ranks, %zu bytes, density %g: median %.6f s per sync (min %.6f, max %.6f) "
             "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s%s%s\n",
-            o.strategy.c_str(), ranks, o.bytes, o.density, med, lo, hi, o.iters, median(locals),
-            s->bytes_sent(), wire.empty() ? "" : ", on the wire ", wire.c_str(),
-            allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ",
+            e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, o.iters,
+            median(e.locals), s->bytes_sent(), wire.empty() ? "" : ", on the wire ",
+            wire.c_str(), allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ",
             s->plan().c_str());
         if (s->predicted_seconds() >= 0) {
           std::printf("  the planner predicted %.6f s per sync\n", s->predicted_seconds());

@@ -3,6 +3,10 @@
 
 #include <pactrain/detail/config.hpp>
 
+#if PACTRAIN_HAS_X86_KERNELS
+#include <cpuid.h>
+#endif
+
 namespace pactrain::detail {
 
 struct cpu_features {
@@ -18,7 +22,11 @@ inline cpu_features detect_cpu() noexcept {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f");
-  f.f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // Clang 14 has no "f16c" for __builtin_cpu_supports: CPUID leaf 1, ECX bit 29, read
+  // directly; "avx" covers the OS's support of the YMM registers it needs.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.f16c = __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (ecx & bit_F16C) != 0;
 #endif
   return f;
 }
