@@ -36,16 +36,12 @@ iters=${PACTRAIN_ITERS:-5}
 warmup=${PACTRAIN_WARMUP:-1}
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
-  [[ $(id -u) -eq 0 ]] || { echo "run_all.sh: must run as root (network namespaces)" >&2; exit 1; }
-  # shellcheck source=../scripts/lib/install_deps.sh
-  source scripts/lib/install_deps.sh
-  pactrain_install_deps
+  # shellcheck source=lib.sh
+  source bench/lib.sh
+  pactrain_bench_prepare run_all.sh pactrain_sync_bench pactrain_policy_bench
   if [[ "${PACTRAIN_DDP:-1}" != 0 ]]; then
     pactrain_install_deps python3-torch  # for the PyTorch DDP rows; large, so only here
   fi
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target pactrain_sync_bench pactrain_policy_bench -j2 >/dev/null
-  bench_exe=$(cd "$build/bench" && pwd)/pactrain-sync-bench
 
   mkdir -p "$results"
   csv=$results/sync.csv
@@ -66,8 +62,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
     while [[ $1 != -- ]]; do envs+=("$1"); shift; done
     shift
     local row
-    if ! row=$(env "${envs[@]}" timeout 600 bench/netbed/launch.sh -n "$np" "$bench_exe" --netdev eth0 --csv \
-                 "$@" 2> >(grep -v 'setpgid' >&2)); then
+    if ! row=$(pactrain_netbed_run 600 "$np" "${envs[@]}" -- "$bench_exe" --netdev eth0 --csv "$@"); then
       echo "run_all.sh: FAILED at $rate, $np ranks: $*" >&2
       return 0
     fi
@@ -95,10 +90,10 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
       if [[ $ddp == 1 && " ${ddp_rates[*]} " == *" $rate "* ]]; then
         for hook in allreduce fp16 powersgd; do
           # A limit, in case a gloo collective stalls (ddp_bench.py also passes gloo a timeout).
-          if ! row=$(PACTRAIN_NETBED_ALLREDUCE=default timeout 150 bench/netbed/launch.sh -n "$np" \
+          if ! row=$(pactrain_netbed_run 150 "$np" PACTRAIN_NETBED_ALLREDUCE=default -- \
                        /usr/bin/python3 "$root/bench/ddp_bench.py" --bytes "$bytes" \
                        --hook "$hook" --netdev eth0 --iters "$iters" --warmup "$warmup" --csv \
-                       2> >(grep -v 'setpgid' >&2) | tail -n 1) || [[ -z "$row" ]]; then
+                       | tail -n 1) || [[ -z "$row" ]]; then
             echo "run_all.sh: FAILED: DDP $hook at $rate, $np ranks" >&2
             continue
           fi

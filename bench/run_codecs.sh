@@ -36,13 +36,9 @@ strategies=(sparse sparse-fp16 sparse-ternary auto)
 csv=$results/codecs.csv
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
-  [[ $(id -u) -eq 0 ]] || { echo "run_codecs.sh: must run as root (network namespaces)" >&2; exit 1; }
-  # shellcheck source=../scripts/lib/install_deps.sh
-  source scripts/lib/install_deps.sh
-  pactrain_install_deps
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target pactrain_sync_bench -j2 >/dev/null
-  bench_exe=$(cd "$build/bench" && pwd)/pactrain-sync-bench
+  # shellcheck source=lib.sh
+  source bench/lib.sh
+  pactrain_bench_prepare run_codecs.sh pactrain_sync_bench
   mkdir -p "$results"
   echo "link,round,$("$bench_exe" --csv-header)" > "$csv"
   trap 'bench/netbed/teardown.sh' EXIT
@@ -53,8 +49,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
     shift 3
     done_runs=$((done_runs + 1))
     echo "[$done_runs/$total] $rate, $np ranks: $*" >&2
-    if ! row=$(timeout 600 bench/netbed/launch.sh -n "$np" "$bench_exe" --netdev eth0 --csv "$@" \
-                 2> >(grep -v 'setpgid' >&2)); then
+    if ! row=$(pactrain_netbed_run 600 "$np" -- "$bench_exe" --netdev eth0 --csv "$@"); then
       echo "run_codecs.sh: FAILED at $rate, $np ranks: $*" >&2
       return 0
     fi
