@@ -130,6 +130,10 @@ class host_compactor {
     std::size_t min_mean_run = 16;
     /// automatic format: indices when fewer than one entry in this many is kept.
     std::size_t sparse_ratio = 32;
+    /// scatter writes a bitmap plan's output of at least this many bytes with non-temporal
+    /// stores (AVX2, 16-byte aligned output). They bypass the caches: faster for outputs
+    /// larger than the caches, slower for a small output read again soon. SIZE_MAX: never.
+    std::size_t stream_min_bytes = std::size_t{4} << 20;
   };
 
   /// A compaction plan for one tensor. Plans are plain values: copyable, independent of the
@@ -294,7 +298,10 @@ class host_compactor {
             k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_);
             break;
           case host_isa::avx2:
-            k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_);
+            k = detail::scatter_words_avx2(
+                plan.words_.data(), full, p, out, scale, plan.count_,
+                plan.size_ * sizeof(T) >= opt_.stream_min_bytes &&
+                    reinterpret_cast<std::uintptr_t>(out) % 16 == 0);
             break;
 #endif
           default:

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -44,19 +45,29 @@ void check_mask(const Mask& mask, std::uint64_t seed) {
     for (host_isa isa : all_isas) {
       if (!isa_supported(isa)) continue;
       for (plan_format f : all_formats) {
-        CAPTURE(to_string(isa));
-        CAPTURE(to_string(f));
-        CAPTURE(scale);
-        const host_compactor c({.isa = isa, .format = f});
-        const auto plan = c.make_plan(mask);
-        CHECK(plan.size() == n);
-        CHECK(plan.count() == mask.count());
-        std::vector<T> payload(plan.count(), T(99));
-        c.gather(plan, std::span<const T>(dense), std::span<T>(payload));
-        CHECK(same_bits(payload, want_payload));
-        std::vector<T> out(n, T(77));
-        c.scatter(plan, std::span<const T>(payload), std::span<T>(out), scale);
-        CHECK(same_bits(out, want_dense));  // +0 at pruned entries, never -0
+        // Plain stores, and non-temporal ones wherever the kernel has them (and the output,
+        // from std::vector, is 16-byte aligned).
+        for (const std::size_t stream : {std::numeric_limits<std::size_t>::max(), std::size_t{0}}) {
+          CAPTURE(to_string(isa));
+          CAPTURE(to_string(f));
+          CAPTURE(scale);
+          CAPTURE(stream);
+          const host_compactor c({.isa = isa, .format = f, .stream_min_bytes = stream});
+          const auto plan = c.make_plan(mask);
+          CHECK(plan.size() == n);
+          CHECK(plan.count() == mask.count());
+          std::vector<T> payload(plan.count(), T(99));
+          c.gather(plan, std::span<const T>(dense), std::span<T>(payload));
+          CHECK(same_bits(payload, want_payload));
+          std::vector<T> out(n, T(77));
+          c.scatter(plan, std::span<const T>(payload), std::span<T>(out), scale);
+          CHECK(same_bits(out, want_dense));  // +0 at pruned entries, never -0
+          // An output that is not 16-byte aligned takes plain stores, with the same result.
+          std::vector<T> shifted(n + 1, T(55));
+          c.scatter(plan, std::span<const T>(payload), std::span<T>(shifted).subspan(1), scale);
+          CHECK(shifted[0] == T(55));
+          CHECK(same_bits(std::vector<T>(shifted.begin() + 1, shifted.end()), want_dense));
+        }
       }
     }
   }
