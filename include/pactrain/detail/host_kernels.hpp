@@ -217,16 +217,6 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2_impl(const std::uint6
   return k;
 }
 
-/// `stream`: non-temporal stores; out must then be 16-byte aligned.
-PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* words,
-                                                           std::size_t nwords, const float* p,
-                                                           float* out, float scale,
-                                                           std::size_t count,
-                                                           bool stream) noexcept {
-  return stream ? scatter_words_avx2_impl<true>(words, nwords, p, out, scale, count)
-                : scatter_words_avx2_impl<false>(words, nwords, p, out, scale, count);
-}
-
 // ---- AVX2, double ----------------------------------------------------------------------------
 
 PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* words,
@@ -300,10 +290,11 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2_impl(const std::uint6
   return k;
 }
 
+/// The AVX2 scatter of float or double; `stream`: non-temporal stores, out 16-byte aligned.
+template <class T>
 PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* words,
-                                                           std::size_t nwords, const double* p,
-                                                           double* out, double scale,
-                                                           std::size_t count,
+                                                           std::size_t nwords, const T* p, T* out,
+                                                           T scale, std::size_t count,
                                                            bool stream) noexcept {
   return stream ? scatter_words_avx2_impl<true>(words, nwords, p, out, scale, count)
                 : scatter_words_avx2_impl<false>(words, nwords, p, out, scale, count);
