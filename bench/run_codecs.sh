@@ -102,8 +102,6 @@ for (link, ranks, density) in points:
             return "-"
         t = med((link, ranks, density, s))
         return f"{t:.3f} s" + (f" ({base / t:.1f}x)" if base else "")
-    best = min((med((link, ranks, density, s)) for s in fixed
-                if (link, ranks, density, s) in runs), default=None)
     verdict, plan, predicted = "-", "-", "-"
     auto = runs.get((link, ranks, density, "auto"))
     if auto:

@@ -489,6 +489,22 @@ struct codec_traits<ternary_codec> {
   static constexpr bool is_identity = false;
 };
 
+/// Encodes `in` and sets residual = in - decode_local(wire): what this rank's encoding failed
+/// to deliver (error feedback). One pass where the codec has encode_residual, else three.
+/// residual must not overlap in.
+template <bucket_codec K>
+void encode_with_residual(const K& codec, std::span<const typename K::value_type> in,
+                          std::span<typename K::wire_type> wire,
+                          std::span<typename K::value_type> residual, const codec_context& c) {
+  if constexpr (requires { codec.encode_residual(in, wire, residual, c); }) {
+    codec.encode_residual(in, wire, residual, c);
+  } else {
+    codec.encode(in, wire, c);
+    codec.decode_local(std::span<const typename K::wire_type>(wire), residual, c);
+    for (std::size_t k = 0; k < residual.size(); ++k) residual[k] = in[k] - residual[k];
+  }
+}
+
 /// Error feedback, a policy of the sync engine (its fifth template parameter).
 ///   no_feedback     each step sends its own gradient;
 ///   error_feedback  a residual r per codec input entry (payload entries of sparse buckets,

@@ -302,17 +302,10 @@ cost_model calibrate_local(Comm& comm, const link_model& link, calibration_optio
     }
     std::vector<wire_type> wire(codec.wire_size(n, comm.size()));
     const codec_context ctx{.rank = comm.rank(), .size = comm.size(), .scale = 0.5f};
-    const auto cin = std::span<const value_type>(in);
-    const auto r = std::span<value_type>(residual);
     t_codec = detail::median_seconds(opt.repetitions, [&] {
       for (std::size_t i = 0; i < n; ++i) in[i] += residual[i];
-      if constexpr (requires { codec.encode_residual(cin, std::span(wire), r, ctx); }) {
-        codec.encode_residual(cin, std::span(wire), r, ctx);
-      } else {
-        codec.encode(cin, std::span(wire), ctx);
-        codec.decode_local(std::span<const wire_type>(wire), std::span(back), ctx);
-        for (std::size_t i = 0; i < n; ++i) residual[i] = in[i] - back[i];
-      }
+      encode_with_residual(codec, std::span<const value_type>(in), std::span(wire),
+                           std::span(residual), ctx);
       codec.decode(std::span<const wire_type>(wire), std::span(back), ctx);
     });
   }

@@ -249,26 +249,20 @@ class sync {
       send_scaled();
       // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
       // allreduce moves while the next one is compacted. The others wait for one MAX round
-      // over all their scales. scratch_ is reused: no allocation on the hot path.
-      auto& rest = scratch_;
-      rest.clear();
+      // over all their scales. scale_due_ is reused: no allocation on the hot path.
+      auto& due = scale_due_;
+      due.clear();
       for (std::size_t b = 0; b < submitted_.size(); ++b) {
         if (submitted_[b]) continue;
         prepare(b);
-        if (!needs_scale_now(b)) {
-          send(b);
+        if (needs_scale_now(b)) {
+          due.push_back(b);
         } else {
-          rest.push_back(b);
+          send(b);
         }
       }
-      if constexpr (Codec::uses_scale) {
-        scale_need_.clear();
-        for (auto b : rest) {
-          if (needs_scale_now(b)) scale_need_.push_back(b);
-        }
-        if (!scale_need_.empty()) reduce_scales(scale_need_);
-      }
-      for (auto b : rest) send(b);
+      if (!due.empty()) reduce_scales(due);
+      for (auto b : due) send(b);
       complete();
     });
   }
@@ -673,14 +667,9 @@ class sync {
       const codec_context ctx = context(b);
       const auto in = std::span<const value_type>(region);
       if constexpr (feedback) {
-        auto r = std::span<value_type>(residual_).subspan(input_offset_[b], region.size());
-        if constexpr (requires { codec_.encode_residual(in, wire, r, ctx); }) {
-          codec_.encode_residual(in, wire, r, ctx);
-        } else {
-          codec_.encode(in, wire, ctx);
-          codec_.decode_local(std::span<const wire_type>(wire), r, ctx);
-          for (std::size_t k = 0; k < r.size(); ++k) r[k] = region[k] - r[k];
-        }
+        encode_with_residual(
+            codec_, in, wire,
+            std::span<value_type>(residual_).subspan(input_offset_[b], region.size()), ctx);
       } else {
         codec_.encode(in, wire, ctx);
       }
@@ -815,8 +804,7 @@ class sync {
   std::vector<request_type> requests_;          // per bucket
   std::vector<std::uint8_t> submitted_;         // per bucket
   std::vector<std::size_t> order_;              // buckets in order of submission
-  std::vector<std::size_t> scratch_;            // finish_step: buckets not yet submitted
-  std::vector<std::size_t> scale_need_;         // finish_step: of those, whose scale is due
+  std::vector<std::size_t> scale_due_;          // finish_step: prepared, awaiting their scale
   std::vector<std::size_t> dense_ws_offset_;    // per bucket: its stretch of dense_ws_
   sync_stats step_stats_;
   clock::time_point step_start_{};
