@@ -11,8 +11,10 @@
 //   decode(wire, payload, ctx)      the reduced wire -> the mean over ranks (1/P folded in);
 //   decode_local(wire, payload, ctx) what this rank's own encoding stands for (error feedback).
 // Optional: encode_residual(payload, wire, residual, ctx) encodes and sets residual = payload -
-// decode_local(wire) in one pass, bit-identical to the three steps; the engine's error
-// feedback uses it where a codec has it.
+// decode_local(wire) in one pass, bit-identical to the three steps; encode_feedback(payload,
+// wire, residual, ctx) does the same for payload + residual, error feedback's whole step, so
+// the sum is never written back. The engine's error feedback uses the fused forms where a
+// codec has them (encode_with_feedback).
 // Every operation is a plain loop over contiguous spans; no per-entry virtual calls.
 #pragma once
 
@@ -296,19 +298,23 @@ class ternary_codec {
 
   void encode(std::span<const float> in, std::span<std::uint32_t> wire,
               const codec_context& c) const {
-    encode_impl(in, wire, nullptr, c);
+    encode_impl<residual_mode::none>(in, wire, nullptr, c);
   }
 
   /// encode, and residual[k] = in[k] - decode_local(wire)[k] in the same pass (bit-identical
   /// to the separate calls). residual must have in.size() entries and not overlap in.
   void encode_residual(std::span<const float> in, std::span<std::uint32_t> wire,
                        std::span<float> residual, const codec_context& c) const {
-    PACTRAIN_EXPECTS(residual.size() == in.size(),
-                     "ternary_codec::encode_residual: " + std::to_string(in.size()) +
-                         " values but " + std::to_string(residual.size()) + " residuals");
-    PACTRAIN_EXPECTS(residual.data() != nullptr || residual.empty(),
-                     "ternary_codec::encode_residual: null residual buffer");
-    encode_impl(in, wire, residual.data(), c);
+    encode_with<residual_mode::set>("encode_residual", in, wire, residual, c);
+  }
+
+  /// Error feedback's step in one pass: encodes x = in + residual and sets residual = x -
+  /// decode_local(wire), bit-identical to adding the residual into the payload and calling
+  /// encode_residual, without writing x anywhere. residual must have in.size() entries and
+  /// not overlap in.
+  void encode_feedback(std::span<const float> in, std::span<std::uint32_t> wire,
+                       std::span<float> residual, const codec_context& c) const {
+    encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual, c);
   }
 
   void decode(std::span<const std::uint32_t> wire, std::span<float> out,
@@ -336,7 +342,22 @@ class ternary_codec {
     unsigned bits;
   };
 
-  // encode, and with `residual` non-null also residual = in - decode_local(wire).
+  // What encode does with a residual buffer: nothing; set it to what the encoding missed; or
+  // add it to the input first (x = in + r) and then set it to what the encoding of x missed.
+  enum class residual_mode : std::uint8_t { none, set, accumulate };
+
+  template <residual_mode Mode>
+  void encode_with(const char* op, std::span<const float> in, std::span<std::uint32_t> wire,
+                   std::span<float> residual, const codec_context& c) const {
+    PACTRAIN_EXPECTS(residual.size() == in.size(),
+                     std::string("ternary_codec::") + op + ": " + std::to_string(in.size()) +
+                         " values but " + std::to_string(residual.size()) + " residuals");
+    PACTRAIN_EXPECTS(residual.data() != nullptr || residual.empty(),
+                     std::string("ternary_codec::") + op + ": null residual buffer");
+    encode_impl<Mode>(in, wire, residual.data(), c);
+  }
+
+  template <residual_mode Mode>
   void encode_impl(std::span<const float> in, std::span<std::uint32_t> wire, float* residual,
                    const codec_context& c) const {
     const shape sh = shape_of(in.size(), c.size);
@@ -361,7 +382,7 @@ class ternary_codec {
                        .k0 = k0,
                        .k1 = k1,
                        .shift = static_cast<unsigned>(j) * sh.bits};
-        encode_plane(pl, wire.data() + w0, count, first);
+        encode_plane<Mode>(pl, wire.data() + w0, count, first);
       }
     }
   }
@@ -408,29 +429,26 @@ class ternary_codec {
     unsigned shift;
   };
 
-  // ORs the lanes of `count` values at `shift` into w, and sets their residuals. The loops
-  // keep 32-bit counters (split where the index crosses a multiple of 2^32) so that they
-  // vectorise; the residual is a separate instantiation, not a branch per entry.
+  // ORs the lanes of `count` values at `shift` into w, and handles their residuals as Mode
+  // says. The loops keep 32-bit counters (split where the index crosses a multiple of 2^32)
+  // so that they vectorise; each mode is an instantiation of its own, not a branch per entry.
+  template <residual_mode Mode>
   static void encode_plane(plane p, std::uint32_t* w, std::size_t count,
                            std::size_t first) noexcept {
 #if PACTRAIN_HAS_X86_KERNELS
-    if (detail::cpu().avx2) {
-      return p.r == nullptr ? encode_plane_avx2<false>(p, w, count, first)
-                            : encode_plane_avx2<true>(p, w, count, first);
-    }
+    if (detail::cpu().avx2) return encode_plane_avx2<Mode>(p, w, count, first);
 #endif
-    return p.r == nullptr ? encode_plane_body<false>(p, w, count, first)
-                          : encode_plane_body<true>(p, w, count, first);
+    encode_plane_body<Mode>(p, w, count, first);
   }
 #if PACTRAIN_HAS_X86_KERNELS
   // The same loop with 8 lanes and native 32-bit multiplies: about twice as fast.
-  template <bool Residual>
+  template <residual_mode Mode>
   PACTRAIN_CODEC_AVX2 static void encode_plane_avx2(plane p, std::uint32_t* w, std::size_t count,
                                                     std::size_t first) noexcept {
-    encode_plane_body<Residual>(p, w, count, first);
+    encode_plane_body<Mode>(p, w, count, first);
   }
 #endif
-  template <bool Residual>
+  template <residual_mode Mode>
   PACTRAIN_ALWAYS_INLINE static void encode_plane_body(plane p, std::uint32_t* w,
                                                        std::size_t count,
                                                        std::size_t first) noexcept {
@@ -443,17 +461,19 @@ class ternary_codec {
       const std::size_t m = std::min<std::size_t>(count, (std::uint64_t{1} << 32) - lo0);
       for (std::size_t i = 0; i < m; ++i) {
         const auto lo = lo0 + static_cast<std::uint32_t>(i);
-        const std::uint32_t u = lane(g[i], p.inv, random(lo, hi_key, p.k0));
+        float x = g[i];
+        if constexpr (Mode == residual_mode::accumulate) x += r[i];
+        const std::uint32_t u = lane(x, p.inv, random(lo, hi_key, p.k0));
         w[i] |= u << p.shift;
-        if constexpr (Residual) {
+        if constexpr (Mode != residual_mode::none) {
           // decode_local's value for this lane, (u - 1) * scale, then what it missed. The
           // product is exact (u - 1 is -1, 0 or 1), so a contraction to FMA changes nothing.
-          r[i] = g[i] - static_cast<float>(static_cast<std::int32_t>(u - 1u)) * p.scale;
+          r[i] = x - static_cast<float>(static_cast<std::int32_t>(u - 1u)) * p.scale;
         }
       }
       g += m;
       w += m;
-      if constexpr (Residual) r += m;
+      if constexpr (Mode != residual_mode::none) r += m;
       first += m;
       count -= m;
     }
@@ -502,6 +522,25 @@ void encode_with_residual(const K& codec, std::span<const typename K::value_type
     codec.encode(in, wire, c);
     codec.decode_local(std::span<const typename K::wire_type>(wire), residual, c);
     for (std::size_t k = 0; k < residual.size(); ++k) residual[k] = in[k] - residual[k];
+  }
+}
+
+/// Error feedback's step: encodes x = in + residual and sets residual = x - decode_local(wire).
+/// One pass where the codec has encode_feedback, and `in` is left alone; otherwise x is
+/// written into `in` first, then encode_with_residual. residual must not overlap in.
+template <bucket_codec K>
+void encode_with_feedback(const K& codec, std::span<typename K::value_type> in,
+                          std::span<typename K::wire_type> wire,
+                          std::span<typename K::value_type> residual, const codec_context& c) {
+  using T = typename K::value_type;
+  if constexpr (requires { codec.encode_feedback(std::span<const T>(in), wire, residual, c); }) {
+    codec.encode_feedback(std::span<const T>(in), wire, residual, c);
+  } else {
+    PACTRAIN_EXPECTS(residual.size() == in.size(),
+                     "encode_with_feedback: " + std::to_string(in.size()) + " values but " +
+                         std::to_string(residual.size()) + " residuals");
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] += residual[k];
+    encode_with_residual(codec, std::span<const T>(in), wire, residual, c);
   }
 }
 

@@ -270,8 +270,8 @@ link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
 
 /// Collective: a cost model over a measured `link`. Times `compactor`'s gather + scatter and
 /// a dense scaling pass per entry and, for a codec other than the identity, what the engine
-/// does per coded entry with error feedback (the residual added, encode with the residual
-/// update, decode), all over compact_entries values; every value is the maximum over ranks.
+/// does per coded entry with error feedback (encode_with_feedback, decode), all over
+/// compact_entries values; every value is the maximum over ranks.
 template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
 cost_model calibrate_local(Comm& comm, const link_model& link, calibration_options opt = {},
                            const Compactor& compactor = {}, const Codec& codec = {}) {
@@ -303,9 +303,7 @@ cost_model calibrate_local(Comm& comm, const link_model& link, calibration_optio
     std::vector<wire_type> wire(codec.wire_size(n, comm.size()));
     const codec_context ctx{.rank = comm.rank(), .size = comm.size(), .scale = 0.5f};
     t_codec = detail::median_seconds(opt.repetitions, [&] {
-      for (std::size_t i = 0; i < n; ++i) in[i] += residual[i];
-      encode_with_residual(codec, std::span<const value_type>(in), std::span(wire),
-                           std::span(residual), ctx);
+      encode_with_feedback(codec, std::span(in), std::span(wire), std::span(residual), ctx);
       codec.decode(std::span<const wire_type>(wire), std::span(back), ctx);
     });
   }

@@ -558,7 +558,7 @@ class sync {
 
   // First half of a bucket's submission: its input region (gathered payload, or the dense
   // region). For a coded dense bucket the pruned entries are zeroed, so they can sway neither
-  // the scale nor the residuals; then its local scale, and the residual added.
+  // the scale nor the residuals; then its local scale. The residual is added at encoding.
   void prepare(std::size_t b) {
     const auto& bk = layout_.buckets()[b];
     const auto t0 = clock::now();
@@ -582,10 +582,6 @@ class sync {
       if constexpr (Codec::uses_scale) {
         local_max_[b] = std::bit_cast<std::uint32_t>(
             static_cast<float>(codec_.local_scale(std::span<const value_type>(region))));
-      }
-      if constexpr (feedback) {
-        const value_type* r = residual_.data() + input_offset_[b];
-        for (std::size_t k = 0; k < region.size(); ++k) region[k] += r[k];
       }
     }
     regions_[b] = region;
@@ -665,13 +661,12 @@ class sync {
       auto t0 = clock::now();
       const auto wire = wire_of(b);
       const codec_context ctx = context(b);
-      const auto in = std::span<const value_type>(region);
-      if constexpr (feedback) {
-        encode_with_residual(
-            codec_, in, wire,
+      if constexpr (feedback) {  // the residual is added here, in the codec's pass if it can
+        encode_with_feedback(
+            codec_, region, wire,
             std::span<value_type>(residual_).subspan(input_offset_[b], region.size()), ctx);
       } else {
-        codec_.encode(in, wire, ctx);
+        codec_.encode(std::span<const value_type>(region), wire, ctx);
       }
       s.gather_seconds += seconds_since(t0);
       t0 = clock::now();

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -200,6 +201,70 @@ TEST_CASE("ternary encode_residual matches encode, decode_local and a subtractio
                        doctest::Contains("10 values but 9 residuals"), error);
   CHECK(wire == std::vector<std::uint32_t>(wire.size(), 3u));
   CHECK(r == std::vector<float>(9, 5.0f));
+}
+
+TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual, bit for bit") {
+  const ternary_codec t{{.seed = 5}};
+  const fp16_codec h;  // no fused form: the sum goes through the payload
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::size_t bad = a.size() != b.size();
+    for (std::size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
+      bad += std::bit_cast<std::uint32_t>(a[k]) != std::bit_cast<std::uint32_t>(b[k]);
+    }
+    return bad == 0;
+  };
+  for (const std::size_t n : test::sizes) {
+    for (const float s : {0.75f, 0.0f, INFINITY, NAN}) {
+      CAPTURE(n);
+      CAPTURE(s);
+      std::vector<float> g(n), r0(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        g[k] = static_cast<float>(static_cast<int>(test::hash3(n, k, 4) % 2001) - 1000) / 997.0f;
+        r0[k] = static_cast<float>(static_cast<int>(test::hash3(n, k, 5) % 401) - 200) / 1009.0f;
+      }
+      if (n > 2) r0[2] = NAN;  // x is NaN: t = 0, and the residual stays NaN either way
+      const codec_context ctx{.rank = 1, .size = 4, .step = 3, .stream = 2, .scale = s};
+      // Reference: x = g + r written out, then encode_residual.
+      std::vector<float> x(n), want_r(n);
+      for (std::size_t k = 0; k < n; ++k) x[k] = g[k] + r0[k];
+      std::vector<std::uint32_t> want_wire(t.wire_size(n, 4));
+      t.encode_residual(std::span<const float>(x), std::span<std::uint32_t>(want_wire),
+                        std::span<float>(want_r), ctx);
+
+      std::vector<float> in = g, r = r0;
+      std::vector<std::uint32_t> wire(want_wire.size(), 0xdeadbeefu);
+      encode_with_feedback(t, std::span<float>(in), std::span<std::uint32_t>(wire),
+                           std::span<float>(r), ctx);
+      CHECK(wire == want_wire);
+      CHECK(same_bits(r, want_r));
+      CHECK(same_bits(in, g));  // the fused pass leaves the payload alone
+
+      // fp16 takes the generic path: the payload holds x afterwards.
+      std::vector<half> hwant(n), hwire(n, half(-3.0f));
+      std::vector<float> hr_want(n), hin = g, hr = r0;
+      encode_with_residual(h, std::span<const float>(x), std::span<half>(hwant),
+                           std::span<float>(hr_want), ctx);
+      encode_with_feedback(h, std::span<float>(hin), std::span<half>(hwire),
+                           std::span<float>(hr), ctx);
+      CHECK(std::memcmp(hwire.data(), hwant.data(), n * sizeof(half)) == 0);
+      CHECK(same_bits(hr, hr_want));
+      CHECK(same_bits(hin, x));
+    }
+  }
+  // Residuals of the wrong size are refused before anything is written, on both paths.
+  std::vector<float> g(10, 1.0f), r(9, 5.0f);
+  std::vector<std::uint32_t> wire(t.wire_size(10, 4), 3u);
+  CHECK_THROWS_WITH_AS(encode_with_feedback(t, std::span<float>(g), std::span<std::uint32_t>(wire),
+                                            std::span<float>(r), {.size = 4, .scale = 1.0f}),
+                       doctest::Contains("encode_feedback: 10 values but 9 residuals"), error);
+  CHECK(wire == std::vector<std::uint32_t>(wire.size(), 3u));
+  std::vector<half> hwire(10, half(3.0f));
+  CHECK_THROWS_WITH_AS(encode_with_feedback(h, std::span<float>(g), std::span<half>(hwire),
+                                            std::span<float>(r), {.size = 4, .scale = 1.0f}),
+                       doctest::Contains("10 values but 9 residuals"), error);
+  CHECK(g == std::vector<float>(10, 1.0f));
+  CHECK(r == std::vector<float>(9, 5.0f));
+  CHECK(std::memcmp(hwire.data(), std::vector<half>(10, half(3.0f)).data(), 10 * sizeof(half)) == 0);
 }
 
 TEST_CASE("ternary configurations whose lanes could carry are refused") {
