@@ -45,14 +45,16 @@
 //   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
 //           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
 //           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
-//   auto    the planner: pactrain::calibrate_link times two allreduces once; then, for an
-//           engine with the fp16 codec and one with ternary lanes and error feedback,
-//           pactrain::calibrate_local times compaction and the codec at the size of one
-//           bucket and the run's density, and plan_buckets picks per bucket the fastest of
-//           dense_plain, sparse_plain, sparse (coded) and dense (coded) from that cost
-//           model; the engine whose plan predicts the shorter sync is kept. The `plan` column
-//           names the codec and the chosen strategies, `predicted_s` the planner's
-//           prediction (empty for the fixed strategies).
+//   auto    the planner and the tuner: pactrain::calibrate_link times two allreduces once;
+//           then, for an engine with the fp16 codec and one with ternary lanes and error
+//           feedback, pactrain::calibrate_local times compaction and the codec at the size of
+//           one bucket and the run's density, and pactrain::candidate_plans gives the plans
+//           worth timing from that cost model (the planner's per-bucket choice, and every
+//           bucket on one strategy). Those predicted within 3x of the best are timed by
+//           pactrain::step_tuner, 3 syncs each in turn, and the fastest engine and plan are
+//           kept (the readable summary lists them). The `plan` column names the codec and
+//           the chosen strategies, `predicted_s` the planner's prediction for it (empty for
+//           the fixed strategies).
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -513,27 +515,37 @@ std::vector<pactrain::bitmap_mask> bench_masks(const pactrain::param_layout& l, 
       l, std::span<const float>(w), 1.0 - o.density, std::vector<bool>(l.tensor_count(), true));
 }
 
-/// pactrain::sync over a random mask of the density: plain compaction (identity codec), a
-/// codec on the kept entries (sparse-fp16, sparse-ternary with error feedback), or, with
-/// a link model, the adaptive planner's per-bucket choice from a cost model calibrated at
-/// start-up.
+/// "codec strategy:count ...", e.g. "ternary dense_plain:1 sparse:24".
+std::string plan_text(std::string codec, const std::vector<pactrain::bucket_strategy>& s) {
+  std::map<std::string, std::size_t> count;
+  for (auto st : s) ++count[pactrain::to_string(st)];
+  for (const auto& [name, n] : count) codec += " " + name + ":" + std::to_string(n);
+  return codec;
+}
+
+/// pactrain::sync over a random mask of the density: plain compaction (identity codec), or a
+/// codec on the kept entries (sparse-fp16, sparse-ternary with error feedback); auto plans
+/// and tunes its strategies (see make_auto).
 template <class Codec, class Feedback = pactrain::no_feedback>
 class engine_strategy final : public strategy {
  public:
-  /// With `link`: calibrates the local work over it and plans every bucket.
-  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
-                  const pactrain::link_model* link = nullptr)
+  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {})
       : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, {},
               std::move(codec)) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
-    if (link != nullptr) {
-      const auto model = pactrain::calibrate_local(sync_.get_communicator(), *link,
-                                                   calibration(o), sync_.compactor(), sync_.codec());
-      const auto p = pactrain::plan_buckets(model, sync_.get_communicator().size(),
-                                            pactrain::bucket_shapes(sync_));
-      sync_.set_strategies(p.strategies);
-      predicted_ = p.predicted_seconds;
-    }
+  }
+  /// Collective: the plans worth timing, from a cost model of the local work calibrated over
+  /// `link`.
+  std::vector<pactrain::bucket_plan> candidates(const options& o, const pactrain::link_model& link) {
+    const auto model = pactrain::calibrate_local(sync_.get_communicator(), link, calibration(o),
+                                                 sync_.compactor(), sync_.codec());
+    return pactrain::candidate_plans(model, sync_.get_communicator().size(),
+                                     pactrain::bucket_shapes(sync_));
+  }
+  /// Collective: puts a plan in force.
+  void use(const pactrain::bucket_plan& p) {
+    if (sync_.strategies() != p.strategies) sync_.set_strategies(p.strategies);
+    predicted_ = p.predicted_seconds;
   }
   /// Planned: the planner's predicted seconds per sync (the same on every rank).
   [[nodiscard]] double predicted_seconds() const override { return predicted_; }
@@ -543,13 +555,7 @@ class engine_strategy final : public strategy {
   }
   [[nodiscard]] std::size_t bytes_sent() const override { return sync_.stats().bytes_sent; }
   [[nodiscard]] std::string plan() const override {
-    std::map<std::string, std::size_t> count;
-    for (auto st : sync_.strategies()) ++count[pactrain::to_string(st)];
-    std::string out = codec_name();
-    for (const auto& [name, n] : count) {
-      out += " " + name + ":" + std::to_string(n);
-    }
-    return out;
+    return plan_text(codec_name(), sync_.strategies());
   }
   std::vector<float> reference(const options& o, int ranks) override {
     auto avg = dense_average(o, sync_.layout().total_size(), ranks);
@@ -588,21 +594,67 @@ class engine_strategy final : public strategy {
   }
 };
 
-/// auto: one engine per codec (fp16, and ternary lanes with error feedback), each planned per
-/// bucket by the calibrated planner; keeps the engine whose plan predicts the shorter sync.
-/// Every rank calibrates the same model, so every rank keeps the same engine.
-std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t n) {
+/// auto: one engine per codec (fp16, and ternary lanes with error feedback). The link is
+/// calibrated once; each engine's local work is calibrated and pactrain::candidate_plans
+/// gives its plans worth timing (the ternary engine's with a coded bucket only: its plain
+/// plans are the fp16 engine's). Plans predicted more than 3x slower than the best are
+/// dropped; pactrain::step_tuner times the rest in turn, 3 syncs each on this run's
+/// gradient (after a barrier, the slowest rank's time, as the timed syncs), and the fastest
+/// engine and plan are kept. Every rank keeps the same. `base` is this rank's gradient.
+std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t n,
+                                    const std::vector<float>& base) {
   using fp16_engine = engine_strategy<pactrain::fp16_codec>;
   using ternary_engine = engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>;
   pactrain::mpi_communicator link_comm{comm};
   const auto link = pactrain::calibrate_link(link_comm, calibration(o));
-  auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{}, &link);
-  const double t_fp16 = fp16->predicted_seconds();
-  std::unique_ptr<strategy> kept = std::move(fp16);
-  auto ternary = std::make_unique<ternary_engine>(
-      comm, o, n, pactrain::ternary_codec{{.seed = o.seed}}, &link);
-  if (ternary->predicted_seconds() < t_fp16) kept = std::move(ternary);
-  return kept;
+  auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{});
+  auto ternary =
+      std::make_unique<ternary_engine>(comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
+  struct candidate {
+    int engine;  // 0 fp16, 1 ternary
+    pactrain::bucket_plan plan;
+  };
+  std::vector<candidate> c;
+  for (auto& p : fp16->candidates(o, link)) c.push_back({0, std::move(p)});
+  for (auto& p : ternary->candidates(o, link)) {
+    const bool coded = std::any_of(p.strategies.begin(), p.strategies.end(),
+                                   [](auto s) { return !pactrain::is_plain(s); });
+    if (coded) c.push_back({1, std::move(p)});
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& x : c) best = std::min(best, x.plan.predicted_seconds);
+  std::erase_if(c, [&](const auto& x) { return x.plan.predicted_seconds > 3 * best; });
+
+  pactrain::step_tuner tuner(c.size(), 3);
+  strategy* engines[2] = {fp16.get(), ternary.get()};
+  auto use = [&](const candidate& x) {
+    if (x.engine == 0) fp16->use(x.plan);
+    if (x.engine == 1) ternary->use(x.plan);
+  };
+  std::vector<float> g(n);
+  while (tuner.tuning()) {
+    const auto& x = c[tuner.current()];
+    use(x);
+    g = base;
+    MPI_Barrier(comm);
+    const auto t0 = clock_type::now();
+    engines[x.engine]->sync(g);
+    tuner.record(link_comm, seconds_since(t0));
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0 && !o.csv) {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      std::printf("  auto candidate %zu: %s, predicted %.6f s, timed %.6f s%s\n", i,
+                  plan_text(c[i].engine == 0 ? "fp16" : "ternary", c[i].plan.strategies).c_str(),
+                  c[i].plan.predicted_seconds, tuner.median(i),
+                  i == tuner.best() ? " (kept)" : "");
+    }
+  }
+  const auto& kept = c[tuner.best()];
+  use(kept);
+  if (kept.engine == 0) return fp16;
+  return ternary;
 }
 
 /// DGC-style Top-k selection with error feedback. Adds g into `acc` (the residual) and puts
@@ -796,7 +848,7 @@ int run(const options& o) {
         s = std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
             comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
       }
-      if (name == "auto") s = make_auto(comm, o, n);
+      if (name == "auto") s = make_auto(comm, o, n, base);
       if (name == "topk") s = std::make_unique<topk_strategy>(comm, o, n);
       list.push_back({name, std::move(s), {}, {}, {}, 0});
     }

@@ -1,6 +1,6 @@
 // The host core of pactrain in one include: masks, serialization, layouts, the host
-// compactor, communicators (loopback), 16-bit value types, codecs, the sync engine and
-// pruning. MPI lives in <pactrain/mpi.hpp>.
+// compactor, communicators (loopback), 16-bit value types, codecs, the sync engine, the
+// planner and tuner, and pruning. MPI lives in <pactrain/mpi.hpp>.
 #pragma once
 
 #include <pactrain/codec.hpp>
@@ -16,3 +16,4 @@
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>
 #include <pactrain/sync.hpp>
+#include <pactrain/tuner.hpp>

@@ -175,6 +175,86 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
   return p;
 }
 
+/// The predicted cost of strategy `s` for a bucket whose predictions are `c`.
+inline double cost_of(const bucket_costs& c, const bucket_shape& b, bucket_strategy s) noexcept {
+  if (!b.has_codec || is_plain(s)) return is_sparse(s) ? c.sparse : c.dense;
+  return is_sparse(s) ? c.sparse_coded : c.dense_coded;
+}
+
+/// The prediction for a step under `strategies` (one per bucket): the buckets' costs, plus
+/// the one scale round of a step in which a coded bucket needs one. For a bucket without a
+/// codec, coded and plain strategies are the same path and cost the same.
+inline bucket_plan predict_plan(const cost_model& m, int ranks, std::span<const bucket_shape> b,
+                                std::vector<bucket_strategy> strategies) {
+  m.validate();
+  PACTRAIN_EXPECTS(strategies.size() == b.size(),
+                   "predict_plan: " + std::to_string(strategies.size()) + " strategies for " +
+                       std::to_string(b.size()) + " buckets");
+  bucket_plan p;
+  std::size_t scaled = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const auto c = predict(m, ranks, b[i]);
+    p.costs.push_back(c);
+    p.predicted_seconds += cost_of(c, b[i], strategies[i]);
+    p.predicted_dense_seconds += c.dense;
+    scaled += b[i].has_codec && b[i].scale_round && !is_plain(strategies[i]);
+  }
+  if (scaled != 0) p.predicted_seconds += predict_allreduce(m, ranks, scaled * sizeof(std::uint64_t));
+  p.strategies = std::move(strategies);
+  return p;
+}
+
+struct candidate_options {
+  plan_options plan = {};
+  /// Plans predicted more than this factor slower than the best prediction are left out.
+  /// The model ranks clear winners well but can be off by 2x where strategies are close,
+  /// which is where timing them decides.
+  double keep_within = 3.0;
+};
+
+/// The plans worth timing (see step_tuner): plan_buckets' choice first (always kept), then
+/// one plan per strategy the engine has, every bucket on it (buckets below
+/// min_sparse_entries stay on the plain dense path), in order of prediction; duplicates and
+/// plans predicted slower than keep_within times the best are left out. Deterministic in its
+/// inputs, so every rank holding the same model gets the same list.
+inline std::vector<bucket_plan> candidate_plans(const cost_model& m, int ranks,
+                                                std::span<const bucket_shape> b,
+                                                candidate_options opt = {}) {
+  PACTRAIN_EXPECTS(std::isfinite(opt.keep_within) && opt.keep_within >= 1,
+                   "candidate_plans: keep_within must be finite and >= 1");
+  std::vector<bucket_plan> out{plan_buckets(m, ranks, b, opt.plan)};
+  const bool codec = std::any_of(b.begin(), b.end(), [](const auto& s) { return s.has_codec; });
+  std::vector<bucket_plan> uniform;
+  for (const auto s : {bucket_strategy::sparse_plain, bucket_strategy::sparse,
+                       bucket_strategy::dense_plain, bucket_strategy::dense}) {
+    if (!codec && !is_plain(s)) continue;  // the same path as the plain one without a codec
+    std::vector<bucket_strategy> st;
+    st.reserve(b.size());
+    for (const auto& sh : b) {
+      const bool small = sh.entries < opt.plan.min_sparse_entries;
+      st.push_back(small ? (sh.has_codec ? bucket_strategy::dense_plain : bucket_strategy::dense)
+                         : (sh.has_codec || !is_plain(s) ? s
+                            : is_sparse(s)               ? bucket_strategy::sparse
+                                                         : bucket_strategy::dense));
+    }
+    uniform.push_back(predict_plan(m, ranks, b, std::move(st)));
+  }
+  std::stable_sort(uniform.begin(), uniform.end(), [](const auto& x, const auto& y) {
+    return x.predicted_seconds < y.predicted_seconds;
+  });
+  for (auto& u : uniform) {
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const auto& o) { return o.strategies == u.strategies; });
+    if (!seen) out.push_back(std::move(u));
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& o : out) best = std::min(best, o.predicted_seconds);
+  out.erase(std::remove_if(out.begin() + 1, out.end(),
+                           [&](const auto& o) { return o.predicted_seconds > opt.keep_within * best; }),
+            out.end());
+  return out;
+}
+
 /// The shapes of a sync engine's buckets under its current masks.
 template <class Sync>
 std::vector<bucket_shape> bucket_shapes(const Sync& s) {

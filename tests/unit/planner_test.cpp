@@ -33,6 +33,16 @@ cost_model fast_link() {
   return m;
 }
 
+// A link where latency counts: one ring step costs 1 ms, a byte 1 ns; codec work 1 ns.
+cost_model round_model() {
+  cost_model m;
+  m.latency = 1e-3;
+  m.seconds_per_byte = 1e-9;
+  m.compact_seconds_per_entry = 1e-10;
+  m.codec_seconds_per_entry = 1e-9;
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("predictions follow the alpha-beta formulas") {
@@ -222,11 +232,7 @@ TEST_CASE("calibration with a codec, and shapes of a codec engine") {
 TEST_CASE("a scale round before encoding must be paid for by the coded buckets together") {
   // Coding saves 1.5 * 0.875 * 1 MB * 1 ns = 1.3 ms of link time per bucket and costs
   // 0.25 ms of codec work; the scale round is one allreduce of 2(P-1) = 6 steps of 1 ms.
-  cost_model m;
-  m.latency = 1e-3;
-  m.seconds_per_byte = 1e-9;
-  m.compact_seconds_per_entry = 1e-10;
-  m.codec_seconds_per_entry = 1e-9;
+  const cost_model m = round_model();
   bucket_shape s{2'500'000, 250'000, 4, true, 125'000, 1'250'000};
   const auto c = predict(m, 4, s);
   CHECK(c.sparse - c.sparse_coded == doctest::Approx(1.5 * 875'000e-9 - 250'000e-9));
@@ -240,4 +246,151 @@ TEST_CASE("a scale round before encoding must be paid for by the coded buckets t
   p = plan_buckets(m, 4, std::vector<bucket_shape>(10, s));
   CHECK(p.strategies == std::vector<bucket_strategy>(10, bucket_strategy::sparse));
   CHECK(p.predicted_seconds == doctest::Approx(10 * c.sparse_coded + predict_allreduce(m, 4, 80)));
+}
+
+TEST_CASE("predict_plan prices any strategies, with one scale round for the coded buckets") {
+  const cost_model m = round_model();
+  const bucket_shape s{2'500'000, 250'000, 4, true, 125'000, 1'250'000, true};
+  const std::vector<bucket_shape> b(3, s);
+  const auto c = predict(m, 4, s);
+  using bs = bucket_strategy;
+  auto p = predict_plan(m, 4, b, {bs::sparse, bs::dense, bs::sparse_plain});
+  CHECK(p.predicted_seconds ==
+        doctest::Approx(c.sparse_coded + c.dense_coded + c.sparse + predict_allreduce(m, 4, 16)));
+  CHECK(p.predicted_dense_seconds == doctest::Approx(3 * c.dense));
+  CHECK(p.costs.size() == 3);
+  p = predict_plan(m, 4, b, {bs::dense_plain, bs::sparse_plain, bs::sparse_plain});
+  CHECK(p.predicted_seconds == doctest::Approx(c.dense + 2 * c.sparse));  // no round
+  // It agrees with plan_buckets on plan_buckets' own choice.
+  const auto chosen = plan_buckets(m, 4, b);
+  CHECK(predict_plan(m, 4, b, chosen.strategies).predicted_seconds ==
+        doctest::Approx(chosen.predicted_seconds));
+  // Without a codec, a coded strategy is the plain path.
+  const std::vector<bucket_shape> plain = {{1000, 100, 4}};
+  CHECK(predict_plan(m, 4, plain, {bs::sparse}).predicted_seconds ==
+        predict_plan(m, 4, plain, {bs::sparse_plain}).predicted_seconds);
+  CHECK_THROWS_WITH_AS(predict_plan(m, 4, b, {bs::sparse}),
+                       doctest::Contains("1 strategies for 3 buckets"), pactrain::error);
+}
+
+TEST_CASE("candidate_plans: the planner's choice first, then uniform plans within the factor") {
+  using bs = bucket_strategy;
+  auto m = slow_link();
+  m.codec_seconds_per_entry = 2e-9;
+  const bucket_shape big{25'000'000, 2'500'000, 4, true, 1'250'000, 12'500'000, false};
+  const bucket_shape small{1000, 100, 4, true, 52, 500, false};
+  const std::vector<bucket_shape> b = {big, small, big};
+  const auto all = candidate_plans(m, 4, b, {.keep_within = 1e9});
+  REQUIRE(all.size() >= 2);
+  CHECK(all[0].strategies == plan_buckets(m, 4, b).strategies);
+  // Coded sparse everywhere is what the planner chose, so it is not repeated; the small
+  // bucket stays plain dense in every plan.
+  std::vector<std::vector<bs>> got;
+  for (const auto& p : all) {
+    got.push_back(p.strategies);
+    CHECK(p.strategies[1] == bs::dense_plain);
+    CHECK(p.predicted_seconds == doctest::Approx(predict_plan(m, 4, b, p.strategies).predicted_seconds));
+  }
+  // Per big bucket: coded sparse 45 ms, plain sparse 145 ms, coded dense 206 ms, plain
+  // dense 1.2 s.
+  CHECK(got == std::vector<std::vector<bs>>{{bs::sparse, bs::dense_plain, bs::sparse},
+                                            {bs::sparse_plain, bs::dense_plain, bs::sparse_plain},
+                                            {bs::dense, bs::dense_plain, bs::dense},
+                                            {bs::dense_plain, bs::dense_plain, bs::dense_plain}});
+  for (std::size_t i = 2; i < all.size(); ++i) {
+    CHECK(all[i - 1].predicted_seconds <= all[i].predicted_seconds);
+  }
+  // The factor leaves out what is predicted far slower than the best: here all but the
+  // first (plain sparse is 3.2 times slower).
+  CHECK(candidate_plans(m, 4, b).size() == 1);
+  CHECK(candidate_plans(m, 4, b, {.keep_within = 3.3}).size() == 2);
+  CHECK(candidate_plans(m, 4, b, {.keep_within = 1}).size() == 1);
+  // Without a codec: the plain strategies only, named sparse and dense.
+  const std::vector<bucket_shape> plain = {{25'000'000, 2'500'000, 4}};
+  const auto pp = candidate_plans(m, 4, plain, {.keep_within = 1e9});
+  REQUIRE(pp.size() == 2);
+  CHECK(pp[0].strategies == std::vector<bs>{bs::sparse});
+  CHECK(pp[1].strategies == std::vector<bs>{bs::dense});
+  CHECK_THROWS_WITH_AS(candidate_plans(m, 4, b, {.keep_within = 0.5}),
+                       doctest::Contains("keep_within"), pactrain::error);
+  CHECK(candidate_plans(m, 4, std::vector<bucket_shape>{}).size() == 1);
+}
+
+TEST_CASE("step_tuner: candidates in turn, then the lowest median") {
+  loopback_communicator comm;
+  step_tuner t(3, 3);
+  // Times per candidate, in turn: 0 is steady at 5; 1 has one fast outlier (median 4);
+  // 2 is the fastest but for one slow outlier (median 2).
+  const double times[9] = {5, 9, 2, 5, 1, 2, 5, 4, 30};
+  for (int i = 0; i < 9; ++i) {
+    CHECK(t.tuning());
+    CHECK(t.current() == static_cast<std::size_t>(i % 3));
+    CHECK_THROWS_WITH_AS((void)t.best(), doctest::Contains("still tuning"), pactrain::error);
+    t.record(comm, times[i]);
+  }
+  CHECK_FALSE(t.tuning());
+  CHECK(t.best() == 2);
+  CHECK(t.current() == 2);
+  CHECK(t.median(0) == 5.0);
+  CHECK(t.median(1) == 4.0);
+  CHECK(t.median(2) == 2.0);
+  t.record(comm, 100);  // after tuning: ignored
+  CHECK(t.best() == 2);
+  // Equal medians keep the first; one candidate needs no comparison.
+  step_tuner e(2, 1);
+  e.record(comm, 1.0);
+  e.record(comm, 1.0);
+  CHECK(e.best() == 0);
+  step_tuner one(1, 2);
+  CHECK(one.median(0) == std::numeric_limits<double>::infinity());
+  one.record(comm, 3.0);
+  one.record(comm, 4.0);
+  CHECK(one.best() == 0);
+  // Bad input: refused, nothing recorded.
+  CHECK_THROWS_WITH_AS(step_tuner(0), doctest::Contains("at least one candidate"), pactrain::error);
+  CHECK_THROWS_WITH_AS(step_tuner(2, 0), doctest::Contains("trials must be >= 1"), pactrain::error);
+  step_tuner b(2, 1);
+  CHECK_THROWS_WITH_AS(b.record(comm, NAN), doctest::Contains("finite and >= 0"), pactrain::error);
+  CHECK_THROWS_AS(b.record(comm, -1.0), pactrain::error);
+  CHECK(b.current() == 0);
+  CHECK(b.median(0) == std::numeric_limits<double>::infinity());
+  CHECK_THROWS_AS((void)b.median(2), pactrain::error);
+}
+
+TEST_CASE("strategy_tuner drives an engine through its candidates and keeps one") {
+  loopback_communicator comm;
+  param_layout l(5000);
+  l.add("big", 100, 100).add("small", 50);
+  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> s{comm, l};
+  s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
+  using bs = bucket_strategy;
+  const std::vector<std::vector<bs>> cands = {{bs::sparse_plain, bs::dense_plain},
+                                              {bs::sparse, bs::dense}};
+  strategy_tuner t(cands, 2);
+  // Exactly representable in half, so both candidates give the same, exact result.
+  const auto g0 = test::values<float>(l.total_size(), 5, 0);
+  std::vector<float> want(g0.size());
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(t.tuning());
+    const std::size_t c = t.tuner().current();
+    auto g = g0;
+    t.allreduce(s, std::span<float>(g));
+    if (i < 3) CHECK(s.strategies() == cands[c]);
+    if (i == 0) want = g;
+    CHECK(g == want);
+  }
+  CHECK_FALSE(t.tuning());
+  CHECK(s.strategies() == t.best());  // in force at once
+  auto g = g0;
+  t.allreduce(s, std::span<float>(g));
+  CHECK(s.strategies() == t.best());
+  CHECK(g == want);
+  CHECK(s.stats().steps == 5);
+  // Candidates must agree in length; a length the engine does not have fails there.
+  CHECK_THROWS_WITH_AS(strategy_tuner({{bs::sparse}, {bs::sparse, bs::dense}}),
+                       doctest::Contains("candidates have 1 and 2 strategies"), pactrain::error);
+  CHECK_THROWS_AS(strategy_tuner(std::vector<std::vector<bs>>{}), pactrain::error);
+  strategy_tuner wrong({{bs::sparse}});
+  CHECK_THROWS_AS(wrong.begin_step(s), pactrain::error);
+  CHECK(s.strategies() == t.best());
 }
