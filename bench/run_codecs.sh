@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The codec and planner grid: at each link rate, rank count and density, times dense ring,
-# sparse, sparse-fp16, sparse-ternary and auto (the planner over an fp16 and a ternary engine) on the
-# namespace testbed, writes bench/results/codecs.csv and bench/results/codecs.md (a table with
+# sparse, sparse-fp16, sparse-ternary and auto (the planner and tuner over an fp16 and a
+# ternary engine) on the namespace testbed, writes bench/results/codecs.csv and bench/results/codecs.md (a table with
 # each strategy's speedup over dense ring and auto's distance from the best fixed strategy).
 #
 #   bench/run_codecs.sh              # as root, from anywhere; about 8 minutes on 2 cores

@@ -21,14 +21,18 @@
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
+#include <pactrain/serialize.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -298,6 +302,67 @@ class sync {
   /// error_feedback: the residuals, codec input entries of bucket 0, 1, ... in order (empty
   /// otherwise; plain buckets have none).
   [[nodiscard]] std::span<const value_type> residuals() const noexcept { return residual_; }
+
+  /// What a resumed run needs to continue bit-identically besides masks and strategies: the
+  /// step counter, error feedback's residuals and previous_max's last scales. Local: every
+  /// rank saves its own (residuals differ across ranks). Format, integers little-endian:
+  ///   "PTRNSYNC", version (u32), bytes per value (u32), fit digest (u64: layout, masks,
+  ///   strategies, codec settings and rank count), step (u64), flags (u64, bit 0: the
+  ///   scales are valid), residual count r (u64), scale count s (u64), r values, s floats
+  ///   (u32 bits), checksum (u64) of everything before it.
+  [[nodiscard]] std::vector<std::byte> save_state() const {
+    check_closed("save_state");
+    std::vector<std::byte> out;
+    for (char c : std::string_view(state_magic)) out.push_back(static_cast<std::byte>(c));
+    detail::put_u32(out, state_format_version);
+    detail::put_u32(out, sizeof(value_type));
+    detail::put_u64(out, fit_digest());
+    detail::put_u64(out, step_);
+    detail::put_u64(out, scale_ready_ ? 1 : 0);
+    detail::put_u64(out, residual_.size());
+    detail::put_u64(out, scale_.size());
+    for (const value_type r : residual_) put_value(out, r);
+    for (const float f : scale_) detail::put_u32(out, std::bit_cast<std::uint32_t>(f));
+    detail::put_u64(out, detail::checksum(out));
+    return out;
+  }
+
+  /// Collective: restores what save_state() wrote on this rank, into an engine with the same
+  /// layout, masks, strategies, codec settings and rank count. Bytes that are corrupt or do
+  /// not fit on any rank, or step counters or scales that differ across ranks, make every
+  /// rank throw the same pactrain::error, and nothing changes. Call it after set_masks and
+  /// set_strategies, which reset the state.
+  void load_state(std::span<const std::byte> in) {
+    std::uint64_t step = 0;
+    bool ready = false;
+    std::vector<value_type> residual;
+    std::vector<float> scale;
+    detail::agreement_input a;
+    a.layout = &layout_;
+    a.operation = "load_state";
+    a.config_name = "strategies, step counters or scales";
+    std::vector<std::uint64_t> digests;
+    try {
+      check_closed("load_state");
+      parse_state(in, step, ready, residual, scale);
+      for (const auto& m : masks_) digests.push_back(m.digest());
+    } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
+      a.local_error = e.what();
+    }
+    digest_builder cd(0x73746174);  // "stat": what must agree across ranks
+    for (auto st : strategies_) cd.add(static_cast<std::uint64_t>(st));
+    cd.add(step).add(std::uint64_t{ready});
+    for (const float f : scale) cd.add(std::uint64_t{std::bit_cast<std::uint32_t>(f)});
+    a.config_digest = cd.value();
+    if constexpr (requires { codec_.digest(); }) a.codec_digest = codec_.digest();
+    a.mask_digests = digests;
+    detail::agree(comm_, a);
+    step_ = step;
+    residual_ = std::move(residual);
+    scale_ = std::move(scale);
+    scale_ready_ = ready;
+  }
+
   [[nodiscard]] const sync_stats& stats() const noexcept { return stats_; }
   [[nodiscard]] Comm& get_communicator() noexcept { return comm_; }
   [[nodiscard]] const Compactor& compactor() const noexcept { return compactor_; }
@@ -426,6 +491,89 @@ class sync {
       scale_.assign(nb, 0.0f);
       scale_used_.assign(nb, 0.0f);
       scale_ready_ = false;
+    }
+  }
+
+  // --- save_state and load_state ---
+  static constexpr char state_magic[9] = "PTRNSYNC";
+  static constexpr std::uint32_t state_format_version = 1;
+  static constexpr std::size_t state_header_bytes = 56;
+  static_assert(sizeof(value_type) == 2 || sizeof(value_type) == 4 || sizeof(value_type) == 8,
+                "pactrain::sync: save_state stores values of 2, 4 or 8 bytes");
+  using value_bits = std::conditional_t<
+      sizeof(value_type) == 2, std::uint16_t,
+      std::conditional_t<sizeof(value_type) == 4, std::uint32_t, std::uint64_t>>;
+
+  static void put_value(std::vector<std::byte>& out, value_type v) {
+    const auto bits = std::bit_cast<value_bits>(v);
+    for (std::size_t k = 0; k < sizeof(v); ++k) {
+      out.push_back(static_cast<std::byte>((bits >> (8 * k)) & 0xff));
+    }
+  }
+  static value_type get_value(std::span<const std::byte> in, std::size_t at) {
+    value_bits bits = 0;
+    for (std::size_t k = 0; k < sizeof(value_type); ++k) {
+      bits = static_cast<value_bits>(bits | static_cast<value_bits>(
+                                                static_cast<value_bits>(in[at + k]) << (8 * k)));
+    }
+    return std::bit_cast<value_type>(bits);
+  }
+
+  // What the saved state must have been saved with: layout, masks, strategies, codec
+  // settings and rank count.
+  [[nodiscard]] std::uint64_t fit_digest() const {
+    digest_builder d(0x66697473);  // "fits"
+    d.add(layout_.digest()).add(static_cast<std::uint64_t>(comm_.size()));
+    for (const auto& m : masks_) d.add(m.digest());
+    for (auto st : strategies_) d.add(static_cast<std::uint64_t>(st));
+    if constexpr (requires { codec_.digest(); }) d.add(codec_.digest());
+    return d.value();
+  }
+
+  // Reads save_state's bytes; throws pactrain::error naming the first problem.
+  void parse_state(std::span<const std::byte> in, std::uint64_t& step, bool& ready,
+                   std::vector<value_type>& residual, std::vector<float>& scale) const {
+    const std::string what = "state rejected: ";
+    PACTRAIN_EXPECTS(in.size() >= state_header_bytes + 8,
+                     what + "truncated: " + std::to_string(in.size()) + " bytes");
+    PACTRAIN_EXPECTS(std::memcmp(in.data(), state_magic, 8) == 0, what + "bad magic");
+    const std::uint32_t version = detail::get_u32(in, 8);
+    PACTRAIN_EXPECTS(version == state_format_version,
+                     what + "unsupported format version " + std::to_string(version));
+    const std::uint64_t r = detail::get_u64(in, 40);
+    const std::uint64_t s = detail::get_u64(in, 48);
+    const std::uint64_t room = (in.size() - state_header_bytes - 8);
+    PACTRAIN_EXPECTS(r <= room / sizeof(value_type) && s <= room / 4 &&
+                         in.size() == state_header_bytes + r * sizeof(value_type) + 4 * s + 8,
+                     what + "length " + std::to_string(in.size()) + " bytes does not match " +
+                         std::to_string(r) + " residuals and " + std::to_string(s) +
+                         " scales (truncated or trailing bytes)");
+    PACTRAIN_EXPECTS(detail::get_u64(in, in.size() - 8) == detail::checksum(in.first(in.size() - 8)),
+                     what + "checksum mismatch");
+    PACTRAIN_EXPECTS(detail::get_u32(in, 12) == sizeof(value_type),
+                     what + "values of " + std::to_string(detail::get_u32(in, 12)) +
+                         " bytes, this engine's have " + std::to_string(sizeof(value_type)));
+    PACTRAIN_EXPECTS(detail::get_u64(in, 16) == fit_digest(),
+                     what + "saved with other masks, strategies, codec settings, layout or "
+                            "rank count than this engine has");
+    PACTRAIN_EXPECTS(r == residual_.size() && s == scale_.size(),
+                     what + std::to_string(r) + " residuals and " + std::to_string(s) +
+                         " scales, this engine has " + std::to_string(residual_.size()) + " and " +
+                         std::to_string(scale_.size()));
+    const std::uint64_t flags = detail::get_u64(in, 32);
+    PACTRAIN_EXPECTS(flags <= 1, what + "unknown flags " + std::to_string(flags));
+    step = detail::get_u64(in, 24);
+    ready = flags == 1;
+    residual.resize(r);
+    scale.resize(s);
+    std::size_t at = state_header_bytes;
+    for (auto& v : residual) {
+      v = get_value(in, at);
+      at += sizeof(value_type);
+    }
+    for (auto& f : scale) {
+      f = std::bit_cast<float>(detail::get_u32(in, at));
+      at += 4;
     }
   }
 

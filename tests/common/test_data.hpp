@@ -4,8 +4,10 @@
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace pactrain::test {
@@ -75,6 +77,25 @@ std::vector<T> masked(const param_layout& l, const std::vector<Mask>& masks, std
     }
   }
   return g;
+}
+
+/// Values in [-0.99, 0.99] that are not dyadic (for codecs, whose rounding they exercise):
+/// entry i is a hash of (a, b, i).
+inline std::vector<float> spread_values(std::size_t n, std::uint64_t a, std::uint64_t b) {
+  std::vector<float> g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    g[i] = static_cast<float>(static_cast<int>(hash3(a, b, i) % 2001) - 1000) / 1013.0f;
+  }
+  return g;
+}
+
+/// True when a and b hold the same floats bit for bit (NaNs and signed zeros included).
+inline bool same_bits(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) return false;
+  }
+  return true;
 }
 
 /// A small model in three buckets of at most 300 entries, with an empty tensor.

@@ -206,13 +206,7 @@ TEST_CASE("ternary encode_residual matches encode, decode_local and a subtractio
 TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual, bit for bit") {
   const ternary_codec t{{.seed = 5}};
   const fp16_codec h;  // no fused form: the sum goes through the payload
-  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    std::size_t bad = a.size() != b.size();
-    for (std::size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
-      bad += std::bit_cast<std::uint32_t>(a[k]) != std::bit_cast<std::uint32_t>(b[k]);
-    }
-    return bad == 0;
-  };
+  using test::same_bits;
   for (const std::size_t n : test::sizes) {
     for (const float s : {0.75f, 0.0f, INFINITY, NAN}) {
       CAPTURE(n);

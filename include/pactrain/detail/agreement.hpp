@@ -47,6 +47,7 @@ struct agreement_input {
   const param_layout* layout = nullptr;
   std::span<const std::uint64_t> mask_digests;  // one per tensor; unused when local_error is set
   std::uint64_t config_digest = 0;              // e.g. the bucket strategies
+  const char* config_name = "bucket strategies";  // what config_digest covers, for messages
   std::uint64_t codec_digest = 0;               // the codec's settings
   std::string local_error;                      // non-empty: this rank rejected its input
   const char* operation = "";                   // for messages, e.g. "set_masks"
@@ -134,7 +135,7 @@ void agree(Comm& comm, const agreement_input& in) {
     }
     PACTRAIN_FAIL(op + ": layouts differ across ranks: bucket capacities differ");
   }
-  if (!same(7)) PACTRAIN_FAIL(op + ": bucket strategies differ across ranks");
+  if (!same(7)) PACTRAIN_FAIL(op + ": " + in.config_name + " differ across ranks");
   if (!same(9)) PACTRAIN_FAIL(op + ": codec settings differ across ranks");
 }
 
