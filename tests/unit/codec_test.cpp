@@ -8,10 +8,10 @@
 
 #include "common/test_data.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -207,6 +207,7 @@ TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual
   const ternary_codec t{{.seed = 5}};
   const fp16_codec h;  // no fused form: the sum goes through the payload
   using test::same_bits;
+  const auto same_half = [](half a, half b) { return a.bits() == b.bits(); };
   for (const std::size_t n : test::sizes) {
     for (const float s : {0.75f, 0.0f, INFINITY, NAN}) {
       CAPTURE(n);
@@ -240,7 +241,7 @@ TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual
                            std::span<float>(hr_want), ctx);
       encode_with_feedback(h, std::span<float>(hin), std::span<half>(hwire),
                            std::span<float>(hr), ctx);
-      CHECK(std::memcmp(hwire.data(), hwant.data(), n * sizeof(half)) == 0);
+      CHECK(std::equal(hwire.begin(), hwire.end(), hwant.begin(), hwant.end(), same_half));
       CHECK(same_bits(hr, hr_want));
       CHECK(same_bits(hin, x));
     }
@@ -258,7 +259,7 @@ TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual
                        doctest::Contains("10 values but 9 residuals"), error);
   CHECK(g == std::vector<float>(10, 1.0f));
   CHECK(r == std::vector<float>(9, 5.0f));
-  CHECK(std::memcmp(hwire.data(), std::vector<half>(10, half(3.0f)).data(), 10 * sizeof(half)) == 0);
+  CHECK(std::all_of(hwire.begin(), hwire.end(), [&](half v) { return same_half(v, half(3.0f)); }));
 }
 
 TEST_CASE("ternary configurations whose lanes could carry are refused") {
