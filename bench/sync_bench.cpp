@@ -20,6 +20,10 @@
 //   --warmup N       untimed synchronisations first (default 2)
 //   --tensor N       entries per tensor of the synthetic layout (default 4Mi; one bucket each)
 //   --seed N         gradient and mask seed (default 1)
+//   --pages P        huge (default): the gradient buffers on transparent huge pages
+//                    (pactrain::huge_page_allocator), as a trainer that streams 100 MB per
+//                    step would allocate them; small: plain std::allocator (4 KiB pages
+//                    under Debian's default "madvise" setting)
 //   --netdev IF      count the bytes IF really transmitted (from /sys/class/net) per sync
 //   --verify         check the first synchronisation's result against a reference; exit 1
 //                    on a mismatch
@@ -108,7 +112,7 @@ double seconds_since(clock_type::time_point t0) {
 
 constexpr const char* csv_header =
     "strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
-    "compute_p_s,iters,allreduce,plan,predicted_s";
+    "compute_p_s,iters,allreduce,plan,predicted_s,pages";
 
 struct options {
   std::size_t bytes = 0;
@@ -121,7 +125,37 @@ struct options {
   std::string netdev;
   bool verify = false;
   bool csv = false;
+  bool huge_pages = true;
 };
+
+/// --pages: where the gradient buffers live. Set once, before any gradient is allocated.
+bool gradients_on_huge_pages = true;
+
+/// The gradient buffers' allocator: pactrain::huge_page_allocator, or std::allocator with
+/// --pages small.
+template <class T>
+struct gradient_allocator {
+  using value_type = T;
+  gradient_allocator() noexcept = default;
+  template <class U>
+  gradient_allocator(const gradient_allocator<U>&) noexcept {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) {
+    return gradients_on_huge_pages ? pactrain::huge_page_allocator<T>{}.allocate(n)
+                                   : std::allocator<T>{}.allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (gradients_on_huge_pages) {
+      pactrain::huge_page_allocator<T>{}.deallocate(p, n);
+    } else {
+      std::allocator<T>{}.deallocate(p, n);
+    }
+  }
+  template <class U>
+  bool operator==(const gradient_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+using gradient = std::vector<float, gradient_allocator<float>>;
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -200,6 +234,10 @@ options parse(int argc, char** argv) {
     } else if (a == "--tensor") {
       o.tensor = parse_count(a, value(i));
       if (o.tensor < 1) throw usage_error("--tensor: must be positive");
+    } else if (a == "--pages") {
+      const std::string_view v = value(i);
+      if (v != "huge" && v != "small") throw usage_error("--pages: expected huge or small");
+      o.huge_pages = v == "huge";
     } else if (a == "--seed") {
       o.seed = parse_count(a, value(i));
     } else if (a == "--netdev") {
@@ -249,7 +287,7 @@ float grad_value(std::uint64_t seed, int rank, std::size_t i) {
   return static_cast<float>(m - (std::int64_t{1} << 20)) * 0x1p-20f;
 }
 
-void fill_gradient(std::vector<float>& g, std::uint64_t seed, int rank) {
+void fill_gradient(std::span<float> g, std::uint64_t seed, int rank) {
   for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(seed, rank, i);
 }
 
@@ -417,7 +455,7 @@ void check_mpi(int rc, const char* what) {
 class strategy {
  public:
   virtual ~strategy() = default;
-  virtual double sync(std::vector<float>& g) = 0;
+  virtual double sync(gradient& g) = 0;
   [[nodiscard]] virtual std::size_t bytes_sent() const = 0;
   /// The expected result of the first sync, from every rank's gradient.
   virtual std::vector<float> reference(const options& o, int ranks) = 0;
@@ -447,7 +485,7 @@ class dense_strategy final : public strategy {
   dense_strategy(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n) {
     MPI_Comm_size(comm_, &ranks_);
   }
-  double sync(std::vector<float>& g) override {
+  double sync(gradient& g) override {
     for (std::size_t at = 0; at < g.size(); at += chunk) {
       const int c = static_cast<int>(std::min(chunk, g.size() - at));
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, g.data() + at, c, MPI_FLOAT, MPI_SUM, comm_),
@@ -480,7 +518,7 @@ class fp16_strategy final : public strategy {
   fp16_strategy(const fp16_strategy&) = delete;
   fp16_strategy& operator=(const fp16_strategy&) = delete;
 
-  double sync(std::vector<float>& g) override {
+  double sync(gradient& g) override {
     auto t0 = clock_type::now();
     to_half(g.data(), wire_.data(), n_, 1.0f / static_cast<float>(ranks_));
     double local = seconds_since(t0);
@@ -549,7 +587,7 @@ class engine_strategy final : public strategy {
   }
   /// Planned: the planner's predicted seconds per sync (the same on every rank).
   [[nodiscard]] double predicted_seconds() const override { return predicted_; }
-  double sync(std::vector<float>& g) override {
+  double sync(gradient& g) override {
     sync_.allreduce(std::span<float>(g));
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
   }
@@ -602,7 +640,7 @@ class engine_strategy final : public strategy {
 /// gradient (after a barrier, the slowest rank's time, as the timed syncs), and the fastest
 /// engine and plan are kept. Every rank keeps the same. `base` is this rank's gradient.
 std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t n,
-                                    const std::vector<float>& base) {
+                                    const gradient& base) {
   using fp16_engine = engine_strategy<pactrain::fp16_codec>;
   using ternary_engine = engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>;
   pactrain::mpi_communicator link_comm{comm};
@@ -631,7 +669,7 @@ std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t
     if (x.engine == 0) fp16->use(x.plan);
     if (x.engine == 1) ternary->use(x.plan);
   };
-  std::vector<float> g(n);
+  gradient g(n);
   while (tuner.tuning()) {
     const auto& x = c[tuner.current()];
     use(x);
@@ -742,7 +780,7 @@ class topk_strategy final : public strategy {
     recv_.resize(k_ * static_cast<std::size_t>(ranks_));
   }
 
-  double sync(std::vector<float>& g) override {
+  double sync(gradient& g) override {
     auto t0 = clock_type::now();
     // Error feedback: what was not sent before is added to this step's gradient.
     select_topk(residual_, g, k_, idx_, scratch_, cand_, step_++);
@@ -823,7 +861,7 @@ int run(const options& o) {
   MPI_Comm_size(comm, &ranks);
   const std::size_t n = o.bytes / sizeof(float);
 
-  std::vector<float> base(n), g(n);
+  gradient base(n), g(n);
   fill_gradient(base, o.seed, rank);
   int bad = 0;
   {
@@ -918,18 +956,20 @@ int run(const options& o) {
       if (o.csv) {
         const std::string predicted =
             s->predicted_seconds() < 0 ? "" : std::to_string(s->predicted_seconds());
-        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s\n",
+        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s,%s\n",
                     e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(),
                     wire.c_str(), median(e.locals), median(e.growing), o.iters,
-                    allreduce_algorithm().c_str(), s->plan().c_str(), predicted.c_str());
+                    allreduce_algorithm().c_str(), s->plan().c_str(), predicted.c_str(),
+                    o.huge_pages ? "huge" : "small");
       } else {
         std::printf(
             "%s: %d ranks, %zu bytes, density %g: median %.6f s per sync (min %.6f, max %.6f) "
-            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s%s%s\n",
+            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s%s%s; %s "
+            "pages\n",
             e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, o.iters,
             median(e.locals), s->bytes_sent(), wire.empty() ? "" : ", on the wire ",
             wire.c_str(), allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ",
-            s->plan().c_str());
+            s->plan().c_str(), o.huge_pages ? "huge" : "small");
         if (s->predicted_seconds() >= 0) {
           std::printf("  the planner predicted %.6f s per sync\n", s->predicted_seconds());
         }
@@ -957,10 +997,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "pactrain-sync-bench: %s\nusage: pactrain-sync-bench --bytes N --strategy "
                  "dense|sparse|topk|fp16 [--density D] [--iters N] [--warmup N] [--tensor N] "
-                 "[--seed N] [--netdev IF] [--verify] [--csv] | --csv-header\n",
+                 "[--seed N] [--pages huge|small] [--netdev IF] [--verify] [--csv] | "
+                 "--csv-header\n",
                  e.what());
     return 2;
   }
+  gradients_on_huge_pages = o.huge_pages;
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {

@@ -12,6 +12,7 @@
 #include <pactrain/half.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
+#include <pactrain/memory.hpp>
 #include <pactrain/planner.hpp>
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>

@@ -21,6 +21,7 @@
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
+#include <pactrain/memory.hpp>
 #include <pactrain/serialize.hpp>
 
 #include <algorithm>
@@ -335,7 +336,7 @@ class sync {
   void load_state(std::span<const std::byte> in) {
     std::uint64_t step = 0;
     bool ready = false;
-    std::vector<value_type> residual;
+    huge_vector<value_type> residual;
     std::vector<float> scale;
     detail::agreement_input a;
     a.layout = &layout_;
@@ -532,7 +533,7 @@ class sync {
 
   // Reads save_state's bytes; throws pactrain::error naming the first problem.
   void parse_state(std::span<const std::byte> in, std::uint64_t& step, bool& ready,
-                   std::vector<value_type>& residual, std::vector<float>& scale) const {
+                   huge_vector<value_type>& residual, std::vector<float>& scale) const {
     const std::string what = "state rejected: ";
     PACTRAIN_EXPECTS(in.size() >= state_header_bytes + 8,
                      what + "truncated: " + std::to_string(in.size()) + " bytes");
@@ -936,8 +937,8 @@ class sync {
   std::vector<std::size_t> tensor_payload_offset_;  // into payload_
   std::vector<std::size_t> bucket_start_;           // into payload_
   std::vector<std::size_t> bucket_payload_;         // entries per bucket
-  std::vector<value_type> payload_;
-  std::vector<value_type> dense_ws_;
+  huge_vector<value_type> payload_;  // workspaces on huge pages: streamed every step
+  huge_vector<value_type> dense_ws_;
   sync_stats stats_;
   std::uint64_t step_ = 0;
   // The open step.
@@ -955,8 +956,8 @@ class sync {
   // Codec state (unused by the identity codec), laid out bucket by bucket.
   std::vector<std::size_t> input_offset_;  // codec input entries before bucket b
   std::vector<std::size_t> wire_offset_;   // wire elements before bucket b
-  std::vector<wire_type> wire_;
-  std::vector<value_type> residual_;        // error_feedback
+  huge_vector<wire_type> wire_;
+  huge_vector<value_type> residual_;        // error_feedback
   std::vector<std::uint64_t> local_max_;    // bits of each bucket's scale (non-negative float)
   std::vector<std::uint64_t> scale_words_;  // a scale round's buffer
   // submit_bucket's scale rounds in flight (current_max): buckets, and per bucket its request

@@ -138,10 +138,10 @@ class strategy_tuner {
   void end_step(Sync& sync) {
     const double t =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const bool last = tuner_.tuning();
+    const bool was_tuning = tuner_.tuning();
     tuner_.record(sync.get_communicator(), t);
     // The winner goes into force now, so that it stays even for steps run without the tuner.
-    if (last && !tuner_.tuning()) begin_step(sync);
+    if (was_tuning && !tuner_.tuning()) begin_step(sync);
   }
 
   /// begin_step, sync.allreduce(grads), end_step.
