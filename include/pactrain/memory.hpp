@@ -55,7 +55,8 @@ class huge_page_allocator {
       std::allocator<T>{}.deallocate(p, n);
       return;
     }
-    ::operator delete(p, round_up(bytes), std::align_val_t{huge_page_bytes});
+    // The unsized form: Clang before 19 does not declare sized deallocation by default.
+    ::operator delete(p, std::align_val_t{huge_page_bytes});
   }
 
   template <class U>
