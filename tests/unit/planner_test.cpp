@@ -386,6 +386,18 @@ TEST_CASE("strategy_tuner drives an engine through its candidates and keeps one"
   CHECK(s.strategies() == t.best());
   CHECK(g == want);
   CHECK(s.stats().steps == 5);
+  // New masks: a new tuner over new candidates, and the steps stay exact.
+  s.set_masks(test::masks_for<bitmap_mask>(l, 0.5, 4));
+  const auto shapes = bucket_shapes(s);
+  t = strategy_tuner{candidate_plans(slow_link(), 1, shapes, {.keep_within = 1e9}), 1};
+  CHECK(t.tuning());
+  const auto want2 = test::masked(l, s.masks(), g0);
+  while (t.tuning()) {
+    g = g0;
+    t.allreduce(s, std::span<float>(g));
+    CHECK(g == want2);
+  }
+  CHECK(s.strategies() == t.best());
   // Candidates must agree in length; a length the engine does not have fails there.
   CHECK_THROWS_WITH_AS(strategy_tuner({{bs::sparse}, {bs::sparse, bs::dense}}),
                        doctest::Contains("candidates have 1 and 2 strategies"), pactrain::error);
