@@ -661,7 +661,9 @@ std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t
   }
   double best = std::numeric_limits<double>::infinity();
   for (const auto& x : c) best = std::min(best, x.plan.predicted_seconds);
-  std::erase_if(c, [&](const auto& x) { return x.plan.predicted_seconds > 3 * best; });
+  // candidate_plans' cut-off, applied again across the two engines.
+  const double keep = pactrain::candidate_options{}.keep_within;
+  std::erase_if(c, [&](const auto& x) { return x.plan.predicted_seconds > keep * best; });
 
   pactrain::step_tuner tuner(c.size(), 3);
   strategy* engines[2] = {fp16.get(), ternary.get()};

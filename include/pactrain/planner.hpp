@@ -110,7 +110,22 @@ struct bucket_plan {
   std::vector<bucket_costs> costs;          // the predictions behind them
   double predicted_seconds = 0;             // of the chosen strategies, all buckets
   double predicted_dense_seconds = 0;       // if every bucket went dense
+  bool scale_round = false;                 // the step pays one scale round (in predicted_seconds)
 };
+
+namespace detail {
+
+inline void check_shape(const bucket_shape& s, const char* op) {
+  PACTRAIN_EXPECTS(s.kept <= s.entries, std::string(op) + ": a bucket keeps more entries (" +
+                                            std::to_string(s.kept) + ") than it has (" +
+                                            std::to_string(s.entries) + ")");
+  PACTRAIN_EXPECTS(s.value_bytes > 0, std::string(op) + ": value_bytes must be positive");
+}
+
+}  // namespace detail
+
+inline bucket_plan predict_plan(const cost_model& m, int ranks, std::span<const bucket_shape> b,
+                                std::vector<bucket_strategy> strategies);
 
 /// Chooses each bucket's strategy: the predicted fastest of dense, sparse and, for an engine
 /// with a codec, the coded sparse and dense paths, if it beats the plain dense path by the
@@ -126,17 +141,12 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
                    "plan_buckets: margin must be in [0, 1)");
   // Per bucket: the fastest path, and the fastest without the codec; plain dense unless the
   // winner beats it by the margin.
-  bucket_plan p;
-  bucket_plan plain;
-  p.strategies.reserve(b.size());
-  p.costs.reserve(b.size());
-  bool scale_round = false;
-  std::size_t coded = 0;
+  std::vector<bucket_strategy> chosen;
+  std::vector<bucket_strategy> plain;
+  chosen.reserve(b.size());
+  plain.reserve(b.size());
   for (const auto& s : b) {
-    PACTRAIN_EXPECTS(s.kept <= s.entries, "plan_buckets: a bucket keeps more entries (" +
-                                              std::to_string(s.kept) + ") than it has (" +
-                                              std::to_string(s.entries) + ")");
-    PACTRAIN_EXPECTS(s.value_bytes > 0, "plan_buckets: value_bytes must be positive");
+    detail::check_shape(s, "plan_buckets");
     const auto c = predict(m, ranks, s);
     const auto plain_dense = s.has_codec ? bucket_strategy::dense_plain : bucket_strategy::dense;
     const auto plain_sparse = s.has_codec ? bucket_strategy::sparse_plain : bucket_strategy::sparse;
@@ -148,29 +158,18 @@ inline bucket_plan plan_buckets(const cost_model& m, int ranks, std::span<const 
       if (s.entries < opt.min_sparse_entries || !(best.first <= (1 - opt.margin) * c.dense)) {
         best = {c.dense, plain_dense};
       }
-      return best;
+      return best.second;
     };
-    const auto best = choose({{c.sparse, plain_sparse},
-                              {c.sparse_coded, bucket_strategy::sparse},
-                              {c.dense_coded, bucket_strategy::dense}});
-    const auto best_plain = choose({{c.sparse, plain_sparse}});
-    p.strategies.push_back(best.second);
-    p.costs.push_back(c);
-    p.predicted_seconds += best.first;
-    p.predicted_dense_seconds += c.dense;
-    plain.strategies.push_back(best_plain.second);
-    plain.predicted_seconds += best_plain.first;
-    const bool is_coded = s.has_codec && !is_plain(best.second);
-    coded += is_coded;
-    scale_round = scale_round || (is_coded && s.scale_round);
+    chosen.push_back(choose({{c.sparse, plain_sparse},
+                             {c.sparse_coded, bucket_strategy::sparse},
+                             {c.dense_coded, bucket_strategy::dense}}));
+    plain.push_back(choose({{c.sparse, plain_sparse}}));
   }
+  auto p = predict_plan(m, ranks, b, std::move(chosen));
   // The scale round is one per step, shared by the coded buckets: coding must win with it.
-  if (scale_round) {
-    p.predicted_seconds += predict_allreduce(m, ranks, coded * sizeof(std::uint64_t));
-    if (plain.predicted_seconds <= p.predicted_seconds) {
-      p.strategies = std::move(plain.strategies);
-      p.predicted_seconds = plain.predicted_seconds;
-    }
+  if (p.scale_round) {
+    auto q = predict_plan(m, ranks, b, std::move(plain));
+    if (q.predicted_seconds <= p.predicted_seconds) p = std::move(q);
   }
   return p;
 }
@@ -193,13 +192,17 @@ inline bucket_plan predict_plan(const cost_model& m, int ranks, std::span<const 
   bucket_plan p;
   std::size_t scaled = 0;
   for (std::size_t i = 0; i < b.size(); ++i) {
+    detail::check_shape(b[i], "predict_plan");
     const auto c = predict(m, ranks, b[i]);
     p.costs.push_back(c);
     p.predicted_seconds += cost_of(c, b[i], strategies[i]);
     p.predicted_dense_seconds += c.dense;
     scaled += b[i].has_codec && b[i].scale_round && !is_plain(strategies[i]);
   }
-  if (scaled != 0) p.predicted_seconds += predict_allreduce(m, ranks, scaled * sizeof(std::uint64_t));
+  p.scale_round = scaled != 0;
+  if (p.scale_round) {
+    p.predicted_seconds += predict_allreduce(m, ranks, scaled * sizeof(std::uint64_t));
+  }
   p.strategies = std::move(strategies);
   return p;
 }
@@ -224,18 +227,20 @@ inline std::vector<bucket_plan> candidate_plans(const cost_model& m, int ranks,
                    "candidate_plans: keep_within must be finite and >= 1");
   std::vector<bucket_plan> out{plan_buckets(m, ranks, b, opt.plan)};
   const bool codec = std::any_of(b.begin(), b.end(), [](const auto& s) { return s.has_codec; });
+  // Without a codec the coded strategies are the plain paths, named sparse and dense.
+  const auto all = codec ? std::vector<bucket_strategy>{bucket_strategy::sparse_plain,
+                                                        bucket_strategy::sparse,
+                                                        bucket_strategy::dense_plain,
+                                                        bucket_strategy::dense}
+                         : std::vector<bucket_strategy>{bucket_strategy::sparse,
+                                                        bucket_strategy::dense};
+  const auto small_bucket = codec ? bucket_strategy::dense_plain : bucket_strategy::dense;
   std::vector<bucket_plan> uniform;
-  for (const auto s : {bucket_strategy::sparse_plain, bucket_strategy::sparse,
-                       bucket_strategy::dense_plain, bucket_strategy::dense}) {
-    if (!codec && !is_plain(s)) continue;  // the same path as the plain one without a codec
+  for (const auto s : all) {
     std::vector<bucket_strategy> st;
     st.reserve(b.size());
     for (const auto& sh : b) {
-      const bool small = sh.entries < opt.plan.min_sparse_entries;
-      st.push_back(small ? (sh.has_codec ? bucket_strategy::dense_plain : bucket_strategy::dense)
-                         : (sh.has_codec || !is_plain(s) ? s
-                            : is_sparse(s)               ? bucket_strategy::sparse
-                                                         : bucket_strategy::dense));
+      st.push_back(sh.entries < opt.plan.min_sparse_entries ? small_bucket : s);
     }
     uniform.push_back(predict_plan(m, ranks, b, std::move(st)));
   }

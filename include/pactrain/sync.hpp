@@ -342,11 +342,9 @@ class sync {
     a.layout = &layout_;
     a.operation = "load_state";
     a.config_name = "strategies, step counters or scales";
-    std::vector<std::uint64_t> digests;
     try {
       check_closed("load_state");
       parse_state(in, step, ready, residual, scale);
-      for (const auto& m : masks_) digests.push_back(m.digest());
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       a.local_error = e.what();
     }
@@ -356,7 +354,7 @@ class sync {
     for (const float f : scale) cd.add(std::uint64_t{std::bit_cast<std::uint32_t>(f)});
     a.config_digest = cd.value();
     if constexpr (requires { codec_.digest(); }) a.codec_digest = codec_.digest();
-    a.mask_digests = digests;
+    a.mask_digests = mask_digests_;
     detail::agree(comm_, a);
     step_ = step;
     residual_ = std::move(residual);
@@ -472,6 +470,7 @@ class sync {
     }
     payload_.assign(total, value_type(0));
     masks_ = std::move(masks);
+    mask_digests_ = std::move(digests);
     plans_ = std::move(plans);
     strategies_ = std::move(strategies);
     tensor_payload_offset_ = std::move(offset);
@@ -525,7 +524,7 @@ class sync {
   [[nodiscard]] std::uint64_t fit_digest() const {
     digest_builder d(0x66697473);  // "fits"
     d.add(layout_.digest()).add(static_cast<std::uint64_t>(comm_.size()));
-    for (const auto& m : masks_) d.add(m.digest());
+    d.add(mask_digests_);
     for (auto st : strategies_) d.add(static_cast<std::uint64_t>(st));
     if constexpr (requires { codec_.digest(); }) d.add(codec_.digest());
     return d.value();
@@ -933,6 +932,7 @@ class sync {
   Codec codec_;
   std::vector<bucket_strategy> strategies_;
   std::vector<Mask> masks_;
+  std::vector<std::uint64_t> mask_digests_;  // of masks_, as committed
   std::vector<plan_type> plans_;
   std::vector<std::size_t> tensor_payload_offset_;  // into payload_
   std::vector<std::size_t> bucket_start_;           // into payload_

@@ -47,36 +47,43 @@ std::vector<float> gradient(std::size_t n, std::uint64_t step) {
   return test::spread_values(n, step, static_cast<std::uint64_t>(world_rank()));
 }
 
+// An engine after `steps` syncs of this rank's gradients.
+engine trained(const param_layout& l, std::uint64_t steps) {
+  auto e = make_engine(l);
+  for (std::uint64_t k = 0; k < steps; ++k) {
+    auto g = gradient(l.total_size(), k);
+    e.allreduce(std::span<float>(g));
+  }
+  return e;
+}
+
+// Step k's sync on both engines (collective): true when the results agree bit for bit.
+bool same_step(engine& a, engine& b, const param_layout& l, std::uint64_t k) {
+  auto ga = gradient(l.total_size(), k);
+  auto gb = ga;
+  a.allreduce(std::span<float>(ga));
+  b.allreduce(std::span<float>(gb));
+  return same_bits(ga, gb);
+}
+
 }  // namespace
 
 TEST_CASE("every rank restores its own state and the run continues bit for bit") {
   const auto l = layout();
-  auto a = make_engine(l);
-  for (std::uint64_t k = 0; k < 3; ++k) {
-    auto g = gradient(l.total_size(), k);
-    a.allreduce(std::span<float>(g));
-  }
+  auto a = trained(l, 3);
   const auto bytes = a.save_state();
   auto b = make_engine(l);
   b.load_state(bytes);
   CHECK(b.step() == 3);
   for (std::uint64_t k = 3; k < 5; ++k) {
-    auto ga = gradient(l.total_size(), k);
-    auto gb = ga;
-    a.allreduce(std::span<float>(ga));
-    b.allreduce(std::span<float>(gb));
-    CHECK(same_bits(ga, gb));
+    CHECK(same_step(a, b, l, k));
     CHECK(same_bits(a.residuals(), b.residuals()));
   }
 }
 
 TEST_CASE("one rank's bad bytes, or different steps, fail on every rank and change nothing") {
   const auto l = layout();
-  auto a = make_engine(l);
-  for (std::uint64_t k = 0; k < 2; ++k) {
-    auto g = gradient(l.total_size(), k);
-    a.allreduce(std::span<float>(g));
-  }
+  auto a = trained(l, 2);
   auto bytes = a.save_state();
   auto b = make_engine(l);
   const auto before = b.save_state();
@@ -99,9 +106,5 @@ TEST_CASE("one rank's bad bytes, or different steps, fail on every rank and chan
   // The engine still works, and a good state loads.
   if (world_rank() == bad) a.set_step(2);
   b.load_state(a.save_state());
-  auto ga = gradient(l.total_size(), 7);
-  auto gb = ga;
-  a.allreduce(std::span<float>(ga));
-  b.allreduce(std::span<float>(gb));
-  CHECK(same_bits(ga, gb));
+  CHECK(same_step(a, b, l, 7));
 }
