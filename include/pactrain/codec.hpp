@@ -19,6 +19,7 @@
 #pragma once
 
 #include <pactrain/compactor.hpp>
+#include <pactrain/detail/random.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/half.hpp>
@@ -203,25 +204,6 @@ struct ternary_options {
   unsigned lane_bits = 0;
 };
 
-namespace detail {
-
-PACTRAIN_ALWAYS_INLINE constexpr std::uint32_t lowbias32(std::uint32_t x) noexcept {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
-inline constexpr std::uint64_t splitmix64(std::uint64_t z) noexcept {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace detail
 
 /// Ternary lanes with stochastic rounding (DESIGN: homomorphic ternary lanes).
 ///
