@@ -19,8 +19,8 @@
 // density on one GPU; `outside_allreduce_us` is its time minus that of a bare ncclAllReduce
 // of the same payload.
 #include <pactrain/cuda/compactor.cuh>
+#include <pactrain/cuda/nccl.hpp>
 #include <pactrain/cuda/sync.cuh>
-#include <pactrain/nccl.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include <benchmark/benchmark.h>

@@ -16,8 +16,8 @@
 // Model: 784-1024-64-10, ReLU, softmax cross-entropy, SGD with momentum. Activations are
 // column-major features x batch, so cuBLAS sees every row-major weight matrix (out x in) as its
 // transpose.
+#include <pactrain/cuda/nccl.hpp>
 #include <pactrain/cuda/sync.cuh>
-#include <pactrain/nccl.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include "../fmnist/idx.hpp"

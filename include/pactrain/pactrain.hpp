@@ -4,11 +4,14 @@
 #pragma once
 
 #include <pactrain/codec.hpp>
+#include <pactrain/codec/half_cast.hpp>
+#include <pactrain/codec/ternary.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/config.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/feedback.hpp>
 #include <pactrain/half.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
@@ -16,5 +19,7 @@
 #include <pactrain/planner.hpp>
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>
+#include <pactrain/strategy.hpp>
 #include <pactrain/sync.hpp>
+#include <pactrain/sync_options.hpp>
 #include <pactrain/tuner.hpp>

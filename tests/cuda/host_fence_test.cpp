@@ -7,7 +7,8 @@
 #include <pactrain/detail/cuda_runtime.hpp>
 #include <pactrain/pactrain.hpp>
 #if __has_include(<nccl.h>)
-#include <pactrain/nccl.hpp>
+#include <pactrain/cuda/nccl.hpp>
+#include <pactrain/nccl.hpp>  // the forwarding header of earlier releases
 #define PACTRAIN_TEST_NCCL 1
 #else
 #define PACTRAIN_TEST_NCCL 0

@@ -3,8 +3,8 @@
 // detected transfer paths, and the mask tracker. Every rank exits with 77 without a GPU.
 #include <doctest/doctest.h>
 
+#include <pactrain/cuda/mpi_cuda.hpp>
 #include <pactrain/cuda/sync.cuh>
-#include <pactrain/mpi_cuda.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include "../common/cuda_helpers.cuh"

@@ -3,8 +3,8 @@
 // non-default stream; bad input rejected before anything is queued. Skips (77) without a GPU.
 #include <doctest/doctest.h>
 
+#include <pactrain/cuda/nccl.hpp>
 #include <pactrain/cuda/sync.cuh>
-#include <pactrain/nccl.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include "../common/cuda_helpers.cuh"

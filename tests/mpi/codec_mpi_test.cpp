@@ -144,7 +144,7 @@ struct ternary_reference {
       }
       std::vector<std::uint32_t> sum(codec.wire_size(in[0].size(), p), 0);
       for (int r = 0; r < p; ++r) {
-        const codec_context ctx{.rank = r, .size = p, .step = step, .stream = b, .scale = s};
+        const codec_context ctx{.rank = r, .size = p, .step = step, .bucket = b, .scale = s};
         if (feedback) {
           for (std::size_t k = 0; k < in[r].size(); ++k) in[r][k] += residual[r][b][k];
         }
@@ -159,7 +159,7 @@ struct ternary_reference {
       }
       std::vector<float> out(in[0].size());
       codec.decode(sum, std::span<float>(out),
-                   {.rank = world_rank(), .size = p, .step = step, .stream = b, .scale = s});
+                   {.rank = world_rank(), .size = p, .step = step, .bucket = b, .scale = s});
       scatter_bucket(l, masks, out, b, st, result);
     }
     return result;

@@ -174,7 +174,7 @@ TEST_CASE("ternary encode_residual matches encode, decode_local and a subtractio
         g[k] = static_cast<float>(static_cast<int>(test::hash3(n, k, 3) % 2001) - 1000) / 997.0f;
       }
       if (n > 2) g[1] = NAN;  // passed over by the rounding: t = 0
-      const codec_context ctx{.rank = 2, .size = 4, .step = 9, .stream = 1, .scale = s};
+      const codec_context ctx{.rank = 2, .size = 4, .step = 9, .bucket = 1, .scale = s};
       const auto want_wire = encode(c, g, ctx);
       std::vector<float> want(n);
       c.decode_local(std::span<const std::uint32_t>(want_wire), std::span<float>(want), ctx);
@@ -218,7 +218,7 @@ TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual
         r0[k] = static_cast<float>(static_cast<int>(test::hash3(n, k, 5) % 401) - 200) / 1009.0f;
       }
       if (n > 2) r0[2] = NAN;  // x is NaN: t = 0, and the residual stays NaN either way
-      const codec_context ctx{.rank = 1, .size = 4, .step = 3, .stream = 2, .scale = s};
+      const codec_context ctx{.rank = 1, .size = 4, .step = 3, .bucket = 2, .scale = s};
       // Reference: x = g + r written out, then encode_residual.
       std::vector<float> x(n), want_r(n);
       for (std::size_t k = 0; k < n; ++k) x[k] = g[k] + r0[k];
@@ -239,8 +239,8 @@ TEST_CASE("encode_with_feedback equals adding the residual, then encode_residual
       std::vector<float> hr_want(n), hin = g, hr = r0;
       encode_with_residual(h, std::span<const float>(x), std::span<half>(hwant),
                            std::span<float>(hr_want), ctx);
-      encode_with_feedback(h, std::span<float>(hin), std::span<half>(hwire),
-                           std::span<float>(hr), ctx);
+      encode_with_feedback(h, std::span<float>(hin), std::span<half>(hwire), std::span<float>(hr),
+                           ctx);
       CHECK(std::equal(hwire.begin(), hwire.end(), hwant.begin(), hwant.end(), same_half));
       CHECK(same_bits(hr, hr_want));
       CHECK(same_bits(hin, x));
@@ -293,7 +293,7 @@ TEST_CASE("stochastic rounding is unbiased: means of 1e5 draws lie within 4 sigm
     const double sigma = std::sqrt((s * std::fabs(g) - g * g) / n);
     // Across entries of one encoding.
     const std::vector<float> in(n, g);
-    const codec_context ctx{.rank = 2, .size = 4, .step = 3, .stream = 1, .scale = s};
+    const codec_context ctx{.rank = 2, .size = 4, .step = 3, .bucket = 1, .scale = s};
     const auto w = encode(c, in, ctx);
     std::vector<float> local(n);
     c.decode_local(std::span<const std::uint32_t>(w), std::span<float>(local), ctx);
@@ -328,13 +328,13 @@ TEST_CASE("stochastic rounding is unbiased: means of 1e5 draws lie within 4 sigm
 TEST_CASE("ternary random numbers depend on seed, rank, step, bucket and index only") {
   const ternary_codec c{{.seed = 9}};
   const auto g = test::values<float>(1000, 1);
-  const codec_context a{.rank = 1, .size = 4, .step = 2, .stream = 3, .scale = 125.0f};
+  const codec_context a{.rank = 1, .size = 4, .step = 2, .bucket = 3, .scale = 125.0f};
   CHECK(encode(c, g, a) == encode(c, g, a));
   CHECK(encode(ternary_codec{{.seed = 9}}, g, a) == encode(c, g, a));
   for (codec_context b :
-       {codec_context{.rank = 2, .size = 4, .step = 2, .stream = 3, .scale = 125},
-        codec_context{.rank = 1, .size = 4, .step = 3, .stream = 3, .scale = 125},
-        codec_context{.rank = 1, .size = 4, .step = 2, .stream = 4, .scale = 125}}) {
+       {codec_context{.rank = 2, .size = 4, .step = 2, .bucket = 3, .scale = 125},
+        codec_context{.rank = 1, .size = 4, .step = 3, .bucket = 3, .scale = 125},
+        codec_context{.rank = 1, .size = 4, .step = 2, .bucket = 4, .scale = 125}}) {
     CHECK(encode(c, g, a) != encode(c, g, b));
   }
   CHECK(encode(ternary_codec{{.seed = 10}}, g, a) != encode(c, g, a));

@@ -227,7 +227,8 @@ TEST_CASE("a codec engine rejects plain strategies only when the communicator ca
     for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) CHECK(g[i] == want[i]);
   }
   CHECK(s.residuals().empty());  // no feedback: no residuals
-  CHECK_THROWS_WITH_AS(s.set_strategies({bucket_strategy::dense, bucket_strategy::dense,
-                                         static_cast<bucket_strategy>(7)}),
-                       doctest::Contains("is not one of sparse, dense"), error);
+  CHECK_THROWS_WITH_AS(
+      s.set_strategies({bucket_strategy::dense, bucket_strategy::dense,
+                        bucket_strategy{static_cast<payload_kind>(7), encoding_kind::coded}}),
+      doctest::Contains("is not one of sparse, dense"), error);
 }

@@ -1,0 +1,66 @@
+// 16-bit float codecs: fp16_codec (IEEE binary16) and bf16_codec (bfloat16) on the wire.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/digest.hpp>
+#include <pactrain/half.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace pactrain {
+
+/// Float gradients sent as 16-bit floats (Wire = half or bfloat16), rounded to nearest even
+/// once on encode; the communicator sums 16-bit values and decode multiplies the sum by 1/P
+/// in float. Linear up to rounding. Exact (equal to the float sum of the payloads times 1/P)
+/// when every payload value is representable in Wire and every partial sum the reduction
+/// forms is too (e.g. small dyadic values); otherwise each pairwise combine of the
+/// reduction rounds once, in an order the communicator chooses. Half sums beyond 65504
+/// become inf: fp16 suits gradients, not arbitrary data. Nothing is pre-divided by P, so
+/// small gradients keep their precision.
+template <half_value Wire>
+struct cast_codec {
+  using value_type = float;
+  using wire_type = Wire;
+  static constexpr bool uses_scale = false;
+  static constexpr const char* name = std::same_as<Wire, half> ? "fp16_codec" : "bf16_codec";
+
+  static std::size_t wire_size(std::size_t n, int) noexcept { return n; }
+  static void validate(int p) { detail::check_ranks(name, p); }
+  static void encode(std::span<const float> in, std::span<Wire> wire, const codec_context&) {
+    detail::check_codec_spans(name, "encode", in.data(), in.size(), wire.data(), wire.size(),
+                              in.size());
+    detail::from_float(in.data(), wire.data(), in.size());
+  }
+  static void decode(std::span<const Wire> wire, std::span<float> out, const codec_context& c) {
+    decode_local(wire, out, c);
+    detail::multiply(out, 1.0f / static_cast<float>(c.size));
+  }
+  static void decode_local(std::span<const Wire> wire, std::span<float> out, const codec_context&) {
+    detail::check_codec_spans(name, "decode", out.data(), out.size(), wire.data(), wire.size(),
+                              out.size());
+    detail::to_float(wire.data(), out.data(), out.size());
+  }
+  [[nodiscard]] static std::uint64_t digest() noexcept {
+    return digest_builder(0x63617374)
+        .add(std::uint64_t{sizeof(Wire)})
+        .add(std::string_view(name))
+        .value();
+  }
+};
+
+using fp16_codec = cast_codec<half>;      // IEEE binary16 on the wire
+using bf16_codec = cast_codec<bfloat16>;  // bfloat16 on the wire
+
+template <half_value Wire>
+struct codec_traits<cast_codec<Wire>> {
+  static constexpr bool is_linear = true;  // up to rounding, see cast_codec
+  static constexpr bool is_identity = false;
+};
+
+static_assert(bucket_codec<fp16_codec> && bucket_codec<bf16_codec>);
+
+}  // namespace pactrain

@@ -1,0 +1,336 @@
+// ternary_codec: homomorphic ternary lanes with stochastic rounding and a shared scale.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/detail/config.hpp>
+#include <pactrain/detail/cpu.hpp>
+#include <pactrain/detail/random.hpp>
+#include <pactrain/digest.hpp>
+#include <pactrain/error.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+
+#if PACTRAIN_HAS_X86_KERNELS
+#define PACTRAIN_CODEC_AVX2 __attribute__((target("avx2"))) PACTRAIN_VECTORIZE
+#endif
+
+namespace pactrain {
+
+/// Where a scaled codec's shared scale comes from.
+///   current_max   one small MAX allreduce of every bucket's max |g| before encoding;
+///   previous_max  the previous step's global max (reduced alongside this step's data, so no
+///                 extra round before encoding); the first step after construction or a
+///                 mask change falls back to current_max. Clipping is left to error feedback.
+enum class scale_source : std::uint8_t { current_max, previous_max };
+
+inline const char* to_string(scale_source s) noexcept {
+  return s == scale_source::current_max ? "current_max" : "previous_max";
+}
+
+struct ternary_options {
+  /// Seeds the stochastic rounding. Give every rank the same seed (the engine checks).
+  std::uint64_t seed = 0;
+  scale_source scale = scale_source::current_max;
+  /// Bits per lane. 0 (default) takes the least that cannot carry, ceil(log2(2P + 1)); a
+  /// smaller value is refused, a larger one (up to 32) wastes bits.
+  unsigned lane_bits = 0;
+};
+
+/// Ternary lanes with stochastic rounding (DESIGN: homomorphic ternary lanes).
+///
+/// Each payload value g becomes t in {-1, 0, +1} against the shared scale s: for |g| <= s,
+/// t = sign(g) with probability |g| / s, else 0, so E[s t] = g (up to s * 2^-24, the
+/// granularity of the random numbers); values beyond s clip to sign(g). The biased lane
+/// u = t + 1 in {0, 1, 2} is packed into b-bit lanes, b = ceil(log2(2P + 1)), floor(32 / b)
+/// lanes per uint32, so the integer SUM over P ranks keeps each lane in [0, 2P] < 2^b and
+/// never carries. Decode gives (lane - P) * (s / P), the mean of the ranks' s t.
+///
+/// Layout: n values take W = ceil(n / L) words, L lanes per word; value k lives in word
+/// k % W, lane k / W (planes of lanes, so encode and decode are contiguous loops). Unused
+/// lanes are zero on every rank.
+///
+/// Random numbers: a counter-based hash of (seed, rank, step, bucket, k), so a result
+/// depends on nothing else (not threads, not the order of calls).
+class ternary_codec {
+ public:
+  using value_type = float;
+  using wire_type = std::uint32_t;
+  static constexpr bool uses_scale = true;
+
+  ternary_codec() noexcept = default;
+  /// Throws pactrain::error if lane_bits is above 32.
+  explicit ternary_codec(ternary_options o) : opt_(o) {
+    PACTRAIN_EXPECTS(o.lane_bits <= 32, "ternary_codec: lane_bits " + std::to_string(o.lane_bits) +
+                                            " does not fit a 32-bit word");
+  }
+
+  [[nodiscard]] const ternary_options& options() const noexcept { return opt_; }
+  [[nodiscard]] bool scale_from_previous_step() const noexcept {
+    return opt_.scale == scale_source::previous_max;
+  }
+
+  /// ceil(log2(2P + 1)): the fewest bits that hold a lane sum of up to 2P.
+  [[nodiscard]] static unsigned required_lane_bits(int p) {
+    detail::check_ranks("ternary_codec", p);
+    return static_cast<unsigned>(std::bit_width(2 * static_cast<std::uint64_t>(p)));
+  }
+
+  /// Throws pactrain::error when lanes summed over P ranks could carry into each other.
+  void validate(int p) const { (void)lane_bits(p); }
+
+  /// Bits per lane for P ranks (validated).
+  [[nodiscard]] unsigned lane_bits(int p) const {
+    const unsigned need = required_lane_bits(p);
+    PACTRAIN_EXPECTS(need <= 32, "ternary_codec: " + std::to_string(p) + " ranks need lanes of " +
+                                     std::to_string(need) + " bits, more than a 32-bit word");
+    if (opt_.lane_bits == 0) return need;
+    PACTRAIN_EXPECTS(opt_.lane_bits >= need,
+                     "ternary_codec: lanes of " + std::to_string(opt_.lane_bits) +
+                         " bits would carry: " + std::to_string(p) + " ranks sum to up to " +
+                         std::to_string(2 * static_cast<std::uint64_t>(p)) + ", which needs " +
+                         std::to_string(need) + " bits");
+    return opt_.lane_bits;
+  }
+
+  [[nodiscard]] unsigned lanes_per_word(int p) const { return 32u / lane_bits(p); }
+
+  [[nodiscard]] std::size_t wire_size(std::size_t n, int p) const {
+    const std::size_t l = lanes_per_word(p);
+    return n / l + (n % l != 0);
+  }
+
+  /// The largest |g| (NaNs are passed over): the engine's MAX over ranks makes it s.
+  [[nodiscard]] static float local_scale(std::span<const float> in) noexcept {
+    float m = 0;
+    for (const float g : in) {
+      const float a = std::fabs(g);
+      m = a > m ? a : m;
+    }
+    return m;
+  }
+
+  void encode(std::span<const float> in, std::span<std::uint32_t> wire,
+              const codec_context& c) const {
+    encode_impl<residual_mode::none>(in, wire, nullptr, c);
+  }
+
+  /// encode, and residual[k] = in[k] - decode_local(wire)[k] in the same pass (bit-identical
+  /// to the separate calls). residual must have in.size() entries and not overlap in.
+  void encode_residual(std::span<const float> in, std::span<std::uint32_t> wire,
+                       std::span<float> residual, const codec_context& c) const {
+    encode_with<residual_mode::set>("encode_residual", in, wire, residual, c);
+  }
+
+  /// Error feedback's step in one pass: encodes x = in + residual and sets residual = x -
+  /// decode_local(wire), bit-identical to adding the residual into the payload and calling
+  /// encode_residual, without writing x anywhere. residual must have in.size() entries and
+  /// not overlap in.
+  void encode_feedback(std::span<const float> in, std::span<std::uint32_t> wire,
+                       std::span<float> residual, const codec_context& c) const {
+    encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual, c);
+  }
+
+  void decode(std::span<const std::uint32_t> wire, std::span<float> out,
+              const codec_context& c) const {
+    unpack(wire, out, c, c.size, c.scale / static_cast<float>(c.size));
+  }
+
+  void decode_local(std::span<const std::uint32_t> wire, std::span<float> out,
+                    const codec_context& c) const {
+    unpack(wire, out, c, 1, c.scale);
+  }
+
+  /// Identifies the settings, for the engine's check that all ranks agree.
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    return digest_builder(0x7465726e)  // "tern"
+        .add(opt_.seed)
+        .add(static_cast<std::uint64_t>(opt_.scale))
+        .add(std::uint64_t{opt_.lane_bits})
+        .value();
+  }
+
+ private:
+  struct shape {
+    std::size_t words;
+    unsigned bits;
+  };
+
+  // What encode does with a residual buffer: nothing; set it to what the encoding missed; or
+  // add it to the input first (x = in + r) and then set it to what the encoding of x missed.
+  enum class residual_mode : std::uint8_t { none, set, accumulate };
+
+  template <residual_mode Mode>
+  void encode_with(const char* op, std::span<const float> in, std::span<std::uint32_t> wire,
+                   std::span<float> residual, const codec_context& c) const {
+    PACTRAIN_EXPECTS(residual.size() == in.size(),
+                     std::string("ternary_codec::") + op + ": " + std::to_string(in.size()) +
+                         " values but " + std::to_string(residual.size()) + " residuals");
+    PACTRAIN_EXPECTS(residual.data() != nullptr || residual.empty(),
+                     std::string("ternary_codec::") + op + ": null residual buffer");
+    encode_impl<Mode>(in, wire, residual.data(), c);
+  }
+
+  template <residual_mode Mode>
+  void encode_impl(std::span<const float> in, std::span<std::uint32_t> wire, float* residual,
+                   const codec_context& c) const {
+    const shape sh = shape_of(in.size(), c.size);
+    detail::check_codec_spans("ternary_codec", "encode", in.data(), in.size(), wire.data(),
+                              wire.size(), sh.words);
+    if (sh.words == 0) return;
+    std::memset(wire.data(), 0, wire.size_bytes());
+    // A zero, negative, NaN or infinite scale sends t = 0 everywhere (and never divides).
+    const float inv = c.scale > 0 && std::isfinite(c.scale) ? 1.0f / c.scale : 0.0f;
+    const auto [k0, k1] = keys(c);
+    // Words in blocks that stay in cache while each lane plane is ORed into them.
+    constexpr std::size_t block = 4096;
+    for (std::size_t w0 = 0; w0 < sh.words; w0 += block) {
+      const std::size_t w1 = std::min(sh.words, w0 + block);
+      for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
+        const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
+        const std::size_t count = std::min(w1 - w0, in.size() - first);
+        const plane pl{.g = in.data() + first,
+                       .r = residual == nullptr ? nullptr : residual + first,
+                       .inv = inv,
+                       .scale = c.scale,
+                       .k0 = k0,
+                       .k1 = k1,
+                       .shift = static_cast<unsigned>(j) * sh.bits};
+        encode_plane<Mode>(pl, wire.data() + w0, count, first);
+      }
+    }
+  }
+
+  [[nodiscard]] shape shape_of(std::size_t n, int p) const {
+    const unsigned b = lane_bits(p);
+    const std::size_t l = 32u / b;
+    return {n / l + (n % l != 0), b};
+  }
+
+  [[nodiscard]] std::pair<std::uint32_t, std::uint32_t> keys(
+      const codec_context& c) const noexcept {
+    std::uint64_t h = detail::splitmix64(opt_.seed ^ 0x7465726e61727900ull);
+    h = detail::splitmix64(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.rank)));
+    h = detail::splitmix64(h ^ c.step);
+    h = detail::splitmix64(h ^ c.bucket);
+    return {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32)};
+  }
+
+  // 24 uniform bits of entry k = hi * 2^32 + lo, from the step's keys (hi_key = hi ^ k1).
+  PACTRAIN_ALWAYS_INLINE static std::uint32_t random(std::uint32_t lo, std::uint32_t hi_key,
+                                                     std::uint32_t k0) noexcept {
+    return detail::lowbias32(detail::lowbias32(lo ^ k0) + hi_key) >> 8;
+  }
+
+  // u = t + 1 for one value: 1 + sign(g) with probability min(|g| / s, 1), else 1.
+  PACTRAIN_ALWAYS_INLINE static std::uint32_t lane(float g, float inv, std::uint32_t r) noexcept {
+    const float p = std::fabs(g) * inv;  // NaN g: p is NaN, the compare is false, t = 0
+    // r < 2^24: exact as a float, and a signed conversion vectorises.
+    const std::uint32_t hit = static_cast<float>(static_cast<std::int32_t>(r)) * 0x1p-24f < p;
+    const std::uint32_t neg = g < 0.0f;
+    return 1u + hit - ((hit & neg) << 1);  // without branches, so that the loop vectorises
+  }
+
+  // One lane plane of encode: values g (payload indices first..), their residuals r (or
+  // null), and the step's keys.
+  struct plane {
+    const float* g;
+    float* r;
+    float inv;
+    float scale;
+    std::uint32_t k0;
+    std::uint32_t k1;
+    unsigned shift;
+  };
+
+  // ORs the lanes of `count` values at `shift` into w, and handles their residuals as Mode
+  // says. The loops keep 32-bit counters (split where the index crosses a multiple of 2^32)
+  // so that they vectorise; each mode is an instantiation of its own, not a branch per entry.
+  template <residual_mode Mode>
+  static void encode_plane(plane p, std::uint32_t* w, std::size_t count,
+                           std::size_t first) noexcept {
+#if PACTRAIN_HAS_X86_KERNELS
+    if (detail::cpu().avx2) return encode_plane_avx2<Mode>(p, w, count, first);
+#endif
+    encode_plane_body<Mode>(p, w, count, first);
+  }
+#if PACTRAIN_HAS_X86_KERNELS
+  // The same loop with 8 lanes and native 32-bit multiplies: about twice as fast.
+  template <residual_mode Mode>
+  PACTRAIN_CODEC_AVX2 static void encode_plane_avx2(plane p, std::uint32_t* w, std::size_t count,
+                                                    std::size_t first) noexcept {
+    encode_plane_body<Mode>(p, w, count, first);
+  }
+#endif
+  template <residual_mode Mode>
+  PACTRAIN_ALWAYS_INLINE static void encode_plane_body(plane p, std::uint32_t* w, std::size_t count,
+                                                       std::size_t first) noexcept {
+    const float* g = p.g;
+    float* r = p.r;
+    while (count != 0) {
+      const auto lo0 = static_cast<std::uint32_t>(first);
+      const auto hi_key =
+          static_cast<std::uint32_t>(static_cast<std::uint64_t>(first) >> 32) ^ p.k1;
+      const std::size_t m = std::min<std::size_t>(count, (std::uint64_t{1} << 32) - lo0);
+      for (std::size_t i = 0; i < m; ++i) {
+        const auto lo = lo0 + static_cast<std::uint32_t>(i);
+        float x = g[i];
+        if constexpr (Mode == residual_mode::accumulate) x += r[i];
+        const std::uint32_t u = lane(x, p.inv, random(lo, hi_key, p.k0));
+        w[i] |= u << p.shift;
+        if constexpr (Mode != residual_mode::none) {
+          // decode_local's value for this lane, (u - 1) * scale, then what it missed. The
+          // product is exact (u - 1 is -1, 0 or 1), so a contraction to FMA changes nothing.
+          r[i] = x - static_cast<float>(static_cast<std::int32_t>(u - 1u)) * p.scale;
+        }
+      }
+      g += m;
+      w += m;
+      if constexpr (Mode != residual_mode::none) r += m;
+      first += m;
+      count -= m;
+    }
+  }
+
+  PACTRAIN_VECTORIZE void unpack(std::span<const std::uint32_t> wire, std::span<float> out,
+                                 const codec_context& c, int bias, float f) const {
+    const shape sh = shape_of(out.size(), c.size);
+    detail::check_codec_spans("ternary_codec", "decode", out.data(), out.size(), wire.data(),
+                              wire.size(), sh.words);
+    const std::uint32_t mask = sh.bits == 32 ? ~0u : (1u << sh.bits) - 1u;
+    const auto ub = static_cast<std::uint32_t>(bias);
+    const std::uint32_t* w = wire.data();
+    float* o = out.data();
+    for (std::size_t j = 0; j * sh.words < out.size(); ++j) {
+      const std::size_t base = j * sh.words;
+      const std::size_t count = std::min(sh.words, out.size() - base);
+      const unsigned shift = static_cast<unsigned>(j) * sh.bits;
+      for (std::size_t i = 0; i < count; ++i) {
+        // lane - bias lies in [-P, P] for a valid wire; modular, so no overflow otherwise.
+        const auto v = static_cast<std::int32_t>(((w[i] >> shift) & mask) - ub);
+        o[base + i] = static_cast<float>(v) * f;
+      }
+    }
+  }
+
+  ternary_options opt_;
+};
+
+template <>
+struct codec_traits<ternary_codec> {
+  static constexpr bool is_linear = true;  // in lane space: lane sums decode to sums of s t
+  static constexpr bool is_identity = false;
+};
+
+static_assert(bucket_codec<ternary_codec>);
+
+}  // namespace pactrain
+
+#undef PACTRAIN_CODEC_AVX2

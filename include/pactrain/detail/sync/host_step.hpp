@@ -1,0 +1,153 @@
+// The host engine's open step: the caller's tensors, each bucket's region and request, the
+// order of submission, and the dense workspace of buckets that cannot run in place.
+#pragma once
+
+#include <pactrain/detail/sync/phase_timer.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/memory.hpp>
+#include <pactrain/strategy.hpp>
+#include <pactrain/sync_options.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pactrain::detail {
+
+template <class T, class Request>
+class host_step {
+ public:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  [[nodiscard]] bool open() const noexcept { return open_; }
+
+  void check_closed(const char* op) const {
+    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
+                                 ": a step is open (begun and not finished); finish it first");
+  }
+  void check_open(const char* op) const {
+    PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
+  }
+
+  /// The views of a flat buffer of every tensor. Throws, changing nothing, on a bad buffer.
+  void set_views(const param_layout& layout, std::span<T> grads, const char* op) {
+    check_closed(op);
+    PACTRAIN_EXPECTS(grads.data() != nullptr || grads.empty(),
+                     std::string("sync::") + op + ": null buffer");
+    PACTRAIN_EXPECTS(grads.size() == layout.total_size(),
+                     std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
+                         " entries, the layout " + std::to_string(layout.total_size()));
+    views_.clear();
+    for (const auto& t : layout.tensors()) views_.push_back(grads.subspan(t.offset, t.size));
+  }
+
+  /// The views of one buffer per tensor. Throws, changing nothing, on a bad buffer.
+  void set_views(const param_layout& layout, std::span<const std::span<T>> tensors,
+                 const char* op) {
+    check_closed(op);
+    PACTRAIN_EXPECTS(tensors.size() == layout.tensor_count(),
+                     std::string("sync::") + op + ": " + std::to_string(tensors.size()) +
+                         " tensors given, the layout has " + std::to_string(layout.tensor_count()));
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = layout.tensors()[i];
+      PACTRAIN_EXPECTS(tensors[i].data() != nullptr || tensors[i].empty(),
+                       std::string("sync::") + op + ": null buffer for tensor '" + t.name + "'");
+      PACTRAIN_EXPECTS(tensors[i].size() == t.size,
+                       std::string("sync::") + op + ": tensor '" + t.name + "' has " +
+                           std::to_string(tensors[i].size()) + " entries, the layout " +
+                           std::to_string(t.size));
+    }
+    views_.assign(tensors.begin(), tensors.end());
+  }
+
+  /// Opens the step over the views set last. Every dense bucket that cannot run in place
+  /// gets its own stretch of the dense workspace, whatever the order of submission.
+  void begin(const param_layout& layout, std::span<const bucket_strategy> strategies,
+             const sync_stats& stats) {
+    const auto& buckets = layout.buckets();
+    const std::size_t nb = buckets.size();
+    dense_offset_.assign(nb, npos);
+    std::size_t needed = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (!is_sparse(strategies[b]) && buckets[b].size != 0 && !contiguous(buckets[b])) {
+        dense_offset_[b] = needed;
+        needed += buckets[b].size;
+      }
+    }
+    if (dense_.size() < needed) dense_.resize(needed);
+    requests_.clear();
+    requests_.resize(nb);
+    regions_.assign(nb, {});
+    submitted_.assign(nb, 0);
+    order_.clear();
+    order_.reserve(nb);
+    stats_ = stats;
+    start_ = sync_clock::now();
+    open_ = true;
+  }
+
+  /// Closes the step (completed or abandoned).
+  void close() noexcept {
+    requests_.clear();
+    open_ = false;
+  }
+
+  // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
+  // progress thread): testing the ones in flight between buckets of local work keeps their
+  // messages moving. Tests the buckets submitted from position `from` on.
+  void progress(std::size_t from) {
+    if constexpr (requires(Request & r) {
+                    { r.test() } -> std::convertible_to<bool>;
+                  }) {
+      for (std::size_t k = from; k < order_.size(); ++k) (void)requests_[order_[k]].test();
+    }
+  }
+
+  /// The stretch of the dense workspace of bucket b, or an empty span when it runs in place.
+  [[nodiscard]] std::span<T> dense_workspace(std::size_t b, std::size_t size) {
+    if (dense_offset_[b] == npos) return {};
+    return std::span<T>(dense_).subspan(dense_offset_[b], size);
+  }
+
+  [[nodiscard]] std::span<T> view(std::size_t tensor) const { return views_[tensor]; }
+  [[nodiscard]] bool submitted(std::size_t b) const { return submitted_[b] != 0; }
+  void mark_submitted(std::size_t b, std::span<T> region) {
+    regions_[b] = region;
+    submitted_[b] = 1;
+  }
+  [[nodiscard]] std::span<T> region(std::size_t b) const { return regions_[b]; }
+  [[nodiscard]] std::size_t buckets() const noexcept { return submitted_.size(); }
+  Request& request(std::size_t b) { return requests_[b]; }
+  /// Buckets whose collective has started, in order.
+  [[nodiscard]] const std::vector<std::size_t>& order() const noexcept { return order_; }
+  void started(std::size_t b) { order_.push_back(b); }
+  sync_stats& stats() noexcept { return stats_; }
+  [[nodiscard]] sync_clock::time_point start() const noexcept { return start_; }
+
+ private:
+  // True when the bucket's tensors lie back to back in memory, so a dense allreduce can run
+  // on the caller's buffer in place.
+  [[nodiscard]] bool contiguous(const bucket_info& bk) const noexcept {
+    for (std::size_t i = bk.first_tensor + 1; i < bk.first_tensor + bk.tensor_count; ++i) {
+      if (views_[i - 1].data() + views_[i - 1].size() != views_[i].data()) return false;
+    }
+    return true;
+  }
+
+  bool open_ = false;
+  std::vector<std::span<T>> views_;    // the step's tensors
+  std::vector<std::span<T>> regions_;  // per bucket: what its collective covers
+  std::vector<Request> requests_;      // per bucket
+  std::vector<std::uint8_t> submitted_;
+  std::vector<std::size_t> order_;         // buckets in order of their collective's start
+  std::vector<std::size_t> dense_offset_;  // per bucket: its stretch of dense_, or npos
+  huge_vector<T> dense_;                   // on huge pages: streamed every step
+  sync_stats stats_;                       // the step's, handed over when it completes
+  sync_clock::time_point start_{};
+};
+
+}  // namespace pactrain::detail

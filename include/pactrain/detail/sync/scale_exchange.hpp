@@ -1,0 +1,196 @@
+// The scale rounds of a scaled codec (ternary_codec): every bucket's local max |g| reduced
+// with MAX over ranks into the scale its encoding uses. For codecs without a scale the
+// exchange is empty and every call does nothing.
+//
+// Rounds, per step (each a small uint64 allreduce, MAX; scales travel as float bits):
+//   current_max   submit_bucket: one nonblocking round per submitted bucket, completed at
+//                 the next submission; finish_step: one blocking round over every bucket it
+//                 prepares that still needs its scale.
+//   previous_max  none before encoding (last step's scales are used); one nonblocking round
+//                 over every bucket's local max runs alongside the step's data and gives the
+//                 next step's scales. The first step after a commit falls back to current_max.
+#pragma once
+
+#include <pactrain/communicator.hpp>
+#include <pactrain/detail/sync/phase_timer.hpp>
+#include <pactrain/sync_options.hpp>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace pactrain::detail {
+
+/// The part of the exchange a checkpoint keeps: the last step's global scales, and whether
+/// they are valid. Shared by both specializations so the saved format is one.
+class saved_scales {
+ public:
+  [[nodiscard]] const std::vector<float>& previous() const noexcept { return previous_; }
+  [[nodiscard]] bool ready() const noexcept { return ready_; }
+  void restore(std::vector<float> previous, bool ready) noexcept {
+    previous_ = std::move(previous);
+    ready_ = ready;
+  }
+
+ protected:
+  void forget(std::size_t buckets) {
+    previous_.assign(buckets, 0.0f);
+    ready_ = false;
+  }
+
+  std::vector<float> previous_;  // previous_max: the last step's global scales
+  bool ready_ = false;           // previous_ holds valid scales
+};
+
+template <class Codec, class Comm, bool = Codec::uses_scale>
+class scale_exchange : public saved_scales {
+ public:
+  using request_type = typename Comm::request_type;
+
+  /// A commit: the previous step's scales no longer describe the buckets.
+  void reset(std::size_t buckets) {
+    forget(buckets);
+    local_.assign(buckets, 0);
+    used_.assign(buckets, 0.0f);
+  }
+
+  void open_step(const Codec& codec, std::size_t buckets) {
+    pending_.clear();
+    requests_.clear();
+    requests_.resize(buckets);
+    words_.assign(buckets, 0);
+    reuse_ = codec.scale_from_previous_step() && ready_;
+    if (reuse_) used_ = previous_;
+  }
+
+  /// A failed step: forget the rounds in flight.
+  void abandon() noexcept {
+    pending_.clear();
+    requests_.clear();
+  }
+
+  /// Records bucket b's local statistic from its (fresh) codec input.
+  template <class T>
+  void note_local(const Codec& codec, std::size_t b, std::span<const T> input) {
+    local_[b] = std::bit_cast<std::uint32_t>(static_cast<float>(codec.local_scale(input)));
+  }
+
+  /// A prepared coded bucket whose encoding must wait for a round of this step.
+  [[nodiscard]] bool needs_round(bool coded, bool empty) const noexcept {
+    return !reuse_ && coded && !empty;
+  }
+
+  /// The scale bucket b encodes and decodes with this step.
+  [[nodiscard]] float scale(std::size_t b) const noexcept { return used_[b]; }
+
+  /// Starts the nonblocking round of bucket b's scale (submit_bucket, current_max).
+  void start(Comm& comm, sync_stats& s, std::size_t b) {
+    phase_timer t(s.allreduce_seconds);
+    pending_.push_back(b);
+    auto word = std::span<std::uint64_t>(words_).subspan(b, 1);
+    word[0] = local_[b];
+    requests_[b] = comm.allreduce_async(word, reduce_op::max);
+    ++s.collectives;
+    s.bytes_sent += sizeof(std::uint64_t);
+  }
+
+  /// Completes the rounds start() began, in their order, calling send(b) for each.
+  template <class Send>
+  void complete_started(sync_stats& s, Send&& send) {
+    for (const std::size_t b : pending_) {
+      {
+        phase_timer t(s.allreduce_seconds);
+        requests_[b].wait();
+      }
+      used_[b] = as_float(words_[b]);
+      send(b);
+    }
+    pending_.clear();
+  }
+
+  /// finish_step's buckets awaiting one blocking round (reused storage, no allocation).
+  std::vector<std::size_t>& due() noexcept { return due_; }
+
+  /// One blocking round over the buckets in due() (the same list on every rank).
+  void reduce_due(Comm& comm, sync_stats& s) {
+    phase_timer t(s.allreduce_seconds);
+    round_.clear();
+    for (const auto b : due_) round_.push_back(local_[b]);
+    comm.allreduce(std::span<std::uint64_t>(round_), reduce_op::max);
+    for (std::size_t k = 0; k < due_.size(); ++k) used_[due_[k]] = as_float(round_[k]);
+    ++s.collectives;
+    s.bytes_sent += round_.size() * sizeof(std::uint64_t);
+  }
+
+  /// previous_max: starts the round of next step's scales alongside this step's data, when
+  /// any bucket has codec input (`any`, the same on every rank).
+  void start_next(Comm& comm, sync_stats& s, bool any) {
+    next_pending_ = reuse_ && any;
+    if (!next_pending_) return;
+    phase_timer t(s.allreduce_seconds);
+    next_ = comm.allreduce_async(std::span<std::uint64_t>(local_), reduce_op::max);
+    ++s.collectives;
+    s.bytes_sent += local_.size() * sizeof(std::uint64_t);
+  }
+
+  /// Closes the step: next step's scales are the round's result (previous_max in use) or
+  /// this step's (previous_max falling back to current_max).
+  void finish_next(const Codec& codec, sync_stats& s) {
+    if (next_pending_) {
+      {
+        phase_timer t(s.allreduce_seconds);
+        next_.wait();
+      }
+      for (std::size_t b = 0; b < local_.size(); ++b) previous_[b] = as_float(local_[b]);
+      next_pending_ = false;
+    } else if (!reuse_ && codec.scale_from_previous_step()) {
+      previous_ = used_;
+      ready_ = true;
+    }
+  }
+
+ private:
+  static float as_float(std::uint64_t word) noexcept {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(word));
+  }
+
+  std::vector<std::uint64_t> local_;    // bits of each bucket's local scale (non-negative)
+  std::vector<std::uint64_t> round_;    // a blocking round's words
+  std::vector<std::size_t> due_;        // finish_step: prepared, awaiting their scale
+  std::vector<std::size_t> pending_;    // submit_bucket's rounds in flight, in order
+  std::vector<request_type> requests_;  // per bucket: its round in flight
+  std::vector<std::uint64_t> words_;    // per bucket: its round's word
+  request_type next_{};                 // previous_max: next step's round
+  bool next_pending_ = false;
+  std::vector<float> used_;  // this step's scales
+  bool reuse_ = false;       // previous_ in force this step
+};
+
+/// Codecs without a scale: nothing to exchange. The saved state still holds one (zero) scale
+/// per bucket for every codec but the identity, so the format is the same for all codecs.
+template <class Codec, class Comm>
+class scale_exchange<Codec, Comm, false> : public saved_scales {
+ public:
+  void reset(std::size_t buckets) { forget(buckets); }
+  void open_step(const Codec&, std::size_t) noexcept {}
+  void abandon() noexcept {}
+  template <class T>
+  void note_local(const Codec&, std::size_t, std::span<const T>) noexcept {}
+  [[nodiscard]] bool needs_round(bool, bool) const noexcept { return false; }
+  [[nodiscard]] float scale(std::size_t) const noexcept { return 0.0f; }
+  void start(Comm&, sync_stats&, std::size_t) noexcept {}
+  std::vector<std::size_t>& due() noexcept { return due_; }  // stays empty: no rounds
+  void reduce_due(Comm&, sync_stats&) noexcept {}
+  template <class Send>
+  void complete_started(sync_stats&, Send&&) noexcept {}
+  void start_next(Comm&, sync_stats&, bool) noexcept {}
+  void finish_next(const Codec&, sync_stats&) noexcept {}
+
+ private:
+  std::vector<std::size_t> due_;
+};
+
+}  // namespace pactrain::detail

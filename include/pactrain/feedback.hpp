@@ -1,0 +1,74 @@
+// Error feedback: the engine's fifth template parameter, and the encode steps it runs.
+//
+// A codec may offer fused forms the engine then uses: encode_residual(payload, wire, residual,
+// ctx) encodes and sets residual = payload - decode_local(wire) in one pass, bit-identical to
+// the separate steps; encode_feedback(payload, wire, residual, ctx) does the same for
+// payload + residual, without writing the sum back.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/error.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace pactrain {
+
+/// Error feedback, a policy of the sync engine (its fifth template parameter).
+///   no_feedback     each step sends its own gradient;
+///   error_feedback  a residual r per codec input entry (payload entries of sparse buckets,
+///                   every entry of dense ones): the engine encodes g' = g + r and keeps
+///                   r = g' - decode_local(encode(g')), what this rank's contribution failed
+///                   to deliver, for the next step. Residuals start at zero and are reset
+///                   whenever masks or strategies are committed. It does nothing for the
+///                   identity codec, which delivers everything.
+struct no_feedback {
+  static constexpr bool enabled = false;
+};
+struct error_feedback {
+  static constexpr bool enabled = true;
+};
+
+template <class F>
+concept feedback_policy = requires {
+  { F::enabled } -> std::convertible_to<bool>;
+};
+
+/// Encodes `in` and sets residual = in - decode_local(wire): what this rank's encoding failed
+/// to deliver (error feedback). One pass where the codec has encode_residual, else three.
+/// residual must not overlap in.
+template <bucket_codec K>
+void encode_with_residual(const K& codec, std::span<const typename K::value_type> in,
+                          std::span<typename K::wire_type> wire,
+                          std::span<typename K::value_type> residual, const codec_context& c) {
+  if constexpr (requires { codec.encode_residual(in, wire, residual, c); }) {
+    codec.encode_residual(in, wire, residual, c);
+  } else {
+    codec.encode(in, wire, c);
+    codec.decode_local(std::span<const typename K::wire_type>(wire), residual, c);
+    for (std::size_t k = 0; k < residual.size(); ++k) residual[k] = in[k] - residual[k];
+  }
+}
+
+/// Error feedback's step: encodes x = in + residual and sets residual = x - decode_local(wire).
+/// One pass where the codec has encode_feedback, and `in` is left alone; otherwise x is
+/// written into `in` first, then encode_with_residual. residual must not overlap in.
+template <bucket_codec K>
+void encode_with_feedback(const K& codec, std::span<typename K::value_type> in,
+                          std::span<typename K::wire_type> wire,
+                          std::span<typename K::value_type> residual, const codec_context& c) {
+  using T = typename K::value_type;
+  if constexpr (requires { codec.encode_feedback(std::span<const T>(in), wire, residual, c); }) {
+    codec.encode_feedback(std::span<const T>(in), wire, residual, c);
+  } else {
+    PACTRAIN_EXPECTS(residual.size() == in.size(),
+                     "encode_with_feedback: " + std::to_string(in.size()) + " values but " +
+                         std::to_string(residual.size()) + " residuals");
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] += residual[k];
+    encode_with_residual(codec, std::span<const T>(in), wire, residual, c);
+  }
+}
+
+}  // namespace pactrain
