@@ -52,7 +52,7 @@
 //   auto    the planner and the tuner: pactrain::calibrate_link times two allreduces once;
 //           then, for an engine with the fp16 codec and one with ternary lanes and error
 //           feedback, pactrain::calibrate_local times compaction and the codec at the size of
-//           one bucket and the run's density, and pactrain::candidate_plans gives the plans
+//           one bucket and the run's density, and pactrain::candidate_strategies gives the plans
 //           worth timing from that cost model (the planner's per-bucket choice, and every
 //           bucket on one strategy). Those predicted within 3x of the best are timed by
 //           pactrain::step_tuner, 3 syncs each in turn, and the fastest engine and plan are
@@ -574,14 +574,14 @@ class engine_strategy final : public strategy {
   }
   /// Collective: the plans worth timing, from a cost model of the local work calibrated over
   /// `link`.
-  std::vector<pactrain::bucket_plan> candidates(const options& o, const pactrain::link_model& link) {
+  std::vector<pactrain::strategy_choice> candidates(const options& o, const pactrain::link_model& link) {
     const auto model = pactrain::calibrate_local(sync_.get_communicator(), link, calibration(o),
                                                  sync_.compactor(), sync_.codec());
-    return pactrain::candidate_plans(model, sync_.get_communicator().size(),
+    return pactrain::candidate_strategies(model, sync_.get_communicator().size(),
                                      pactrain::bucket_shapes(sync_));
   }
   /// Collective: puts a plan in force.
-  void use(const pactrain::bucket_plan& p) {
+  void use(const pactrain::strategy_choice& p) {
     if (sync_.strategies() != p.strategies) sync_.set_strategies(p.strategies);
     predicted_ = p.predicted_seconds;
   }
@@ -633,7 +633,7 @@ class engine_strategy final : public strategy {
 };
 
 /// auto: one engine per codec (fp16, and ternary lanes with error feedback). The link is
-/// calibrated once; each engine's local work is calibrated and pactrain::candidate_plans
+/// calibrated once; each engine's local work is calibrated and pactrain::candidate_strategies
 /// gives its plans worth timing (the ternary engine's with a coded bucket only: its plain
 /// plans are the fp16 engine's). Plans predicted more than 3x slower than the best are
 /// dropped; pactrain::step_tuner times the rest in turn, 3 syncs each on this run's
@@ -650,7 +650,7 @@ std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t
       std::make_unique<ternary_engine>(comm, o, n, pactrain::ternary_codec{{.seed = o.seed}});
   struct candidate {
     int engine;  // 0 fp16, 1 ternary
-    pactrain::bucket_plan plan;
+    pactrain::strategy_choice plan;
   };
   std::vector<candidate> c;
   for (auto& p : fp16->candidates(o, link)) c.push_back({0, std::move(p)});
@@ -661,7 +661,7 @@ std::unique_ptr<strategy> make_auto(MPI_Comm comm, const options& o, std::size_t
   }
   double best = std::numeric_limits<double>::infinity();
   for (const auto& x : c) best = std::min(best, x.plan.predicted_seconds);
-  // candidate_plans' cut-off, applied again across the two engines.
+  // candidate_strategies' cut-off, applied again across the two engines.
   const double keep = pactrain::candidate_options{}.keep_within;
   std::erase_if(c, [&](const auto& x) { return x.plan.predicted_seconds > keep * best; });
 

@@ -303,7 +303,7 @@ int run(int argc, char** argv) {
     for (int epoch = 0; epoch < opt.epochs; ++epoch) {
       if (epoch == opt.prune_epoch && opt.sparsity > 0) {
         // Magnitude pruning of the weight matrices; equal weights on every rank give equal
-        // masks, and the mask tracker checks it.
+        // masks, and the agreement checks it.
         std::vector<float> hw(net.layout.total_size());
         PACTRAIN_CUDA_TRY(
             cudaMemcpyAsync(hw.data(), net.w.data(), hw.size() * 4, cudaMemcpyDeviceToHost, s));

@@ -165,7 +165,7 @@ int run(int argc, char** argv) {
                 mismatches, opt.steps);
   }
 
-  // The mask tracker: the last rank changes one entry of fc2.weight and calls set_masks.
+  // The agreement: the last rank changes one entry of fc2.weight and calls set_masks.
   if (ranks > 1) {
     auto changed = masks;
     if (rank == ranks - 1) {

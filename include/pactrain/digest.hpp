@@ -1,9 +1,11 @@
 // A portable 64-bit digest: the same value for the same input on every machine.
 //
-// The mask tracker compares digests of masks and layouts across ranks, so the digest is
+// The agreement compares digests of masks and layouts across ranks, so the digest is
 // defined on values (64-bit words, lengths, characters), never on in-memory bytes, and has
 // no endianness or padding dependence. It is a fast mixing hash, not a cryptographic one.
 #pragma once
+
+#include <pactrain/detail/random.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -63,12 +65,7 @@ class digest_builder {
   static constexpr std::uint64_t rotl(std::uint64_t x, int r) noexcept {
     return (x << r) | (x >> (64 - r));
   }
-  // The splitmix64 finaliser: every input bit affects every output bit.
-  static constexpr std::uint64_t mix(std::uint64_t z) noexcept {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  static constexpr std::uint64_t mix(std::uint64_t z) noexcept { return detail::mix64(z); }
 
   std::uint64_t state_;
   std::uint64_t length_ = 0;

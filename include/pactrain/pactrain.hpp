@@ -16,6 +16,7 @@
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
 #include <pactrain/memory.hpp>
+#include <pactrain/cost_model.hpp>
 #include <pactrain/planner.hpp>
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>

@@ -2,11 +2,11 @@
 // fastest (as FFTW's measured plans, or cuDNN's benchmark mode).
 //
 //   auto model = pactrain::calibrate(comm, {}, sync.compactor(), sync.codec());
-//   auto plans = pactrain::candidate_plans(model, comm.size(), pactrain::bucket_shapes(sync));
-//   pactrain::strategy_tuner tuner{plans};          // or a list of strategy vectors
-//   for (each step) {
+//   auto choices = pactrain::candidate_strategies(model, comm.size(),
+//   pactrain::bucket_shapes(sync)); pactrain::strategy_tuner tuner{choices};        // or a list of
+//   strategy vectors for (each step) {
 //     ... backward ...
-//     tuner.allreduce(sync, grads);  // collective; the first plans.size() * trials steps time
+//     tuner.allreduce(sync, grads);  // collective; the first choices.size() * trials steps time
 //   }                                // the candidates in turn, then the fastest stays
 //
 // The cost model ranks strategies well where they differ by a wide margin, but not to a few
@@ -48,7 +48,9 @@ class step_tuner {
   [[nodiscard]] std::size_t candidates() const noexcept { return n_; }
   [[nodiscard]] int trials() const noexcept { return trials_; }
   /// True until every candidate has run its trials.
-  [[nodiscard]] bool tuning() const noexcept { return step_ < n_ * static_cast<std::size_t>(trials_); }
+  [[nodiscard]] bool tuning() const noexcept {
+    return step_ < n_ * static_cast<std::size_t>(trials_);
+  }
   /// The candidate to run this step: while tuning the next in turn, then the fastest.
   [[nodiscard]] std::size_t current() const noexcept { return tuning() ? step_ % n_ : best_; }
 
@@ -60,9 +62,9 @@ class step_tuner {
   template <communicator Comm>
   void record(Comm& comm, double seconds) {
     if (!tuning()) return;
-    PACTRAIN_EXPECTS(std::isfinite(seconds) && seconds >= 0,
-                     "step_tuner::record: a step time must be finite and >= 0, not " +
-                         std::to_string(seconds));
+    PACTRAIN_EXPECTS(
+        std::isfinite(seconds) && seconds >= 0,
+        "step_tuner::record: a step time must be finite and >= 0, not " + std::to_string(seconds));
     double t = seconds;
     comm.allreduce(std::span<double>(&t, 1), reduce_op::max);
     times_[current()].push_back(t);
@@ -76,17 +78,17 @@ class step_tuner {
 
   /// The kept candidate. Throws pactrain::error while tuning.
   [[nodiscard]] std::size_t best() const {
-    PACTRAIN_EXPECTS(!tuning(), "step_tuner::best: still tuning (" + std::to_string(step_) +
-                                    " of " + std::to_string(n_ * static_cast<std::size_t>(trials_)) +
-                                    " steps timed)");
+    PACTRAIN_EXPECTS(!tuning(),
+                     "step_tuner::best: still tuning (" + std::to_string(step_) + " of " +
+                         std::to_string(n_ * static_cast<std::size_t>(trials_)) + " steps timed)");
     return best_;
   }
 
   /// The median of candidate c's timed steps so far (slowest rank's seconds); infinity
   /// before its first.
   [[nodiscard]] double median(std::size_t c) const {
-    PACTRAIN_EXPECTS(c < n_, "step_tuner::median: candidate " + std::to_string(c) + " of " +
-                                 std::to_string(n_));
+    PACTRAIN_EXPECTS(
+        c < n_, "step_tuner::median: candidate " + std::to_string(c) + " of " + std::to_string(n_));
     auto t = times_[c];
     if (t.empty()) return std::numeric_limits<double>::infinity();
     const auto mid = t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2);
@@ -114,13 +116,14 @@ class strategy_tuner {
       : candidates_(std::move(candidates)), tuner_(candidates_.size(), trials) {
     for (const auto& c : candidates_) {
       PACTRAIN_EXPECTS(c.size() == candidates_.front().size(),
-                       "strategy_tuner: candidates have " + std::to_string(candidates_.front().size()) +
-                           " and " + std::to_string(c.size()) + " strategies");
+                       "strategy_tuner: candidates have " +
+                           std::to_string(candidates_.front().size()) + " and " +
+                           std::to_string(c.size()) + " strategies");
     }
   }
-  /// The strategies of candidate_plans' plans, in their order.
-  explicit strategy_tuner(std::span<const bucket_plan> plans, int trials = 3)
-      : strategy_tuner(strategies_of(plans), trials) {}
+  /// The strategies of candidate_strategies' choices, in their order.
+  explicit strategy_tuner(std::span<const strategy_choice> choices, int trials = 3)
+      : strategy_tuner(strategies_of(choices), trials) {}
 
   /// Collective: applies this step's candidate (set_strategies, only when it differs from
   /// the engine's) and starts the clock. Then run the step: sync.allreduce, or begin_step,
@@ -163,7 +166,8 @@ class strategy_tuner {
   }
 
  private:
-  static std::vector<std::vector<bucket_strategy>> strategies_of(std::span<const bucket_plan> p) {
+  static std::vector<std::vector<bucket_strategy>> strategies_of(
+      std::span<const strategy_choice> p) {
     std::vector<std::vector<bucket_strategy>> out;
     out.reserve(p.size());
     for (const auto& x : p) out.push_back(x.strategies);

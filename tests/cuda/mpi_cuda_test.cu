@@ -1,6 +1,6 @@
 // mpi_cuda_communicator and the device sync engine over MPI, several ranks sharing one GPU:
 // bit-for-bit equality with a dense MPI_Allreduce of the masked gradients, the staged and the
-// detected transfer paths, and the mask tracker. Every rank exits with 77 without a GPU.
+// detected transfer paths, and the agreement. Every rank exits with 77 without a GPU.
 #include <doctest/doctest.h>
 
 #include <pactrain/cuda/mpi_cuda.hpp>

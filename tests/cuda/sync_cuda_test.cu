@@ -77,7 +77,7 @@ TEST_CASE("nccl_communicator on one rank: device and host buffers, groups, 16-bi
   auto r = c.allreduce_async(d.span(), reduce_op::sum);
   r.wait();
   CHECK(d.host() == v);
-  // Host words (the mask tracker's): staged.
+  // Host words (the agreement's): staged.
   std::vector<std::uint64_t> words{1, 2, ~std::uint64_t{0}};
   c.allreduce(std::span<std::uint64_t>(words), reduce_op::max);
   CHECK(words == std::vector<std::uint64_t>{1, 2, ~std::uint64_t{0}});

@@ -36,7 +36,7 @@ TEST_CASE("calibrate gives every rank the same model") {
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
                                                                   l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 5));
-  const auto p = plan_buckets(m, comm.size(), bucket_shapes(s), {.min_sparse_entries = 0});
+  const auto p = choose_strategies(m, comm.size(), bucket_shapes(s), {.min_sparse_entries = 0});
   CHECK_NOTHROW(s.set_strategies(p.strategies));  // collective: checked across ranks
   auto g = test::values<float>(l.total_size(), 7, static_cast<std::uint64_t>(comm.rank()));
   s.allreduce(std::span<float>(g));

@@ -1,5 +1,5 @@
 // The sync engine over MPI on several ranks: bit-for-bit equality with a dense MPI_Allreduce
-// of the masked gradients, and the mask tracker catching disagreement on every rank.
+// of the masked gradients, and the agreement catching disagreement on every rank.
 //
 // Every rank runs every test case; CHECK (not REQUIRE) before collectives so that a failure
 // on one rank never leaves the others waiting.

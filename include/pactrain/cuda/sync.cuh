@@ -15,7 +15,7 @@
 // The communicator must be stream-ordered on device buffers: after
 // allreduce_async(span, op, stream) returns, work queued later on `stream` sees the result
 // (nccl_communicator queues it there; mpi_cuda_communicator completes it before returning).
-// The mask tracker's few uint64 words travel from host memory (the communicator accepts
+// The agreement's few uint64 words travel from host memory (the communicator accepts
 // host spans for them).
 //
 // Codecs: identity_codec<float|double>, and fp16_codec/bf16_codec with the rounding fused into

@@ -1,4 +1,4 @@
-// The mask tracker's check: do all ranks hold the same layout, masks and bucket strategies?
+// The agreement's check: do all ranks hold the same layout, masks and bucket strategies?
 //
 // One allreduce(MAX) of a few words on the common path; a second round and a broadcast only
 // when something disagrees, to name the first mismatching tensor identically on every rank.

@@ -1,0 +1,270 @@
+// Pruning policies: weights -> one mask per tensor. Every policy is rank-invariant: equal
+// weights give equal masks on every rank and machine (ties broken by index, lower index
+// kept). Target counts are exact: pruned(n, s) = floor(s * n + 0.5), clamped to [0, n].
+#pragma once
+
+#include <pactrain/compactor.hpp>
+#include <pactrain/digest.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/mask.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace pactrain {
+
+/// How many of n entries (or blocks) sparsity s prunes; see the header comment.
+inline std::size_t pruned_count(std::size_t n, double sparsity) {
+  PACTRAIN_EXPECTS(sparsity >= 0.0 && sparsity <= 1.0,
+                   "pruning: sparsity " + std::to_string(sparsity) + " is outside [0, 1]");
+  const double p = std::floor(sparsity * static_cast<double>(n) + 0.5);
+  return std::min(n, static_cast<std::size_t>(p));
+}
+
+namespace detail {
+
+// Kept flags of the `keep` highest scores among n (score descending, index ascending).
+template <class Score>
+std::vector<std::uint64_t> top_words(std::size_t n, std::size_t keep, Score&& score) {
+  std::vector<std::uint64_t> words(words_for(n), 0);
+  if (keep == 0) return words;
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  if (keep < n) {
+    const auto before = [&](std::size_t a, std::size_t b) {
+      const auto sa = score(a);
+      const auto sb = score(b);
+      return sa > sb || (sa == sb && a < b);
+    };
+    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(keep - 1), idx.end(),
+                     before);
+    idx.resize(keep);
+  }
+  for (std::size_t i : idx) words[i / 64] |= 1ULL << (i % 64);
+  return words;
+}
+
+template <class T>
+void check_finite(std::span<const T> w, const tensor_info& t) {
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    PACTRAIN_EXPECTS(std::isfinite(w[i]), "pruning: weight " + std::to_string(i) + " of tensor '" +
+                                              t.name + "' is not finite");
+  }
+}
+
+template <class T>
+void check_inputs(const param_layout& l, std::span<const T> w, const std::vector<bool>& prunable) {
+  PACTRAIN_EXPECTS(w.data() != nullptr || w.empty(), "pruning: null weight buffer");
+  PACTRAIN_EXPECTS(w.size() == l.total_size(),
+                   "pruning: weight buffer has " + std::to_string(w.size()) +
+                       " entries, the layout " + std::to_string(l.total_size()));
+  PACTRAIN_EXPECTS(prunable.size() == l.tensor_count(),
+                   "pruning: " + std::to_string(prunable.size()) + " prunable flags for " +
+                       std::to_string(l.tensor_count()) + " tensors");
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    if (prunable[i]) check_finite(w.subspan(l.tensor(i).offset, l.tensor(i).size), l.tensor(i));
+  }
+}
+
+}  // namespace detail
+
+/// A policy computes one mask per tensor of a layout from the flat weights:
+///   P::mask_type;
+///   p.compute(layout, weights, sparsity, prunable) -> std::vector<P::mask_type>
+/// Tensors whose prunable flag is false get full masks. Bad input (sizes, non-finite
+/// weights, a sparsity outside [0, 1]) throws pactrain::error.
+template <class P>
+concept pruning_policy = gradient_mask<typename P::mask_type> &&
+    requires(const P& p, const param_layout& l, std::span<const float> w, double s,
+             const std::vector<bool>& prunable) {
+  { p.compute(l, w, s, prunable) } -> std::same_as<std::vector<typename P::mask_type>>;
+};
+
+/// Whether magnitude policies rank entries within each tensor or across all prunable ones.
+enum class pruning_scope { per_tensor, global };
+
+/// Keeps the largest |w|: per tensor, pruned(size, s) entries of each prunable tensor; global,
+/// pruned(total prunable, s) entries across them, ranked by |w| then flat index.
+struct magnitude_pruning {
+  using mask_type = bitmap_mask;
+  pruning_scope scope = pruning_scope::per_tensor;
+
+  template <gradient_value T>
+  std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
+                                   const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
+    std::vector<bitmap_mask> masks;
+    masks.reserve(l.tensor_count());
+    if (scope == pruning_scope::per_tensor) {
+      for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+        const auto& t = l.tensor(i);
+        if (!prunable[i]) {
+          masks.push_back(bitmap_mask::full(t.size));
+          continue;
+        }
+        const T* x = w.data() + t.offset;
+        const std::size_t keep = t.size - pruned_count(t.size, sparsity);
+        masks.emplace_back(
+            t.size, detail::top_words(t.size, keep, [x](std::size_t j) { return std::abs(x[j]); }));
+      }
+      return masks;
+    }
+    // Global: rank every prunable entry by (|w|, flat index); one threshold for all.
+    std::vector<std::size_t> flat;  // flat indices of prunable entries, increasing
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      if (!prunable[i]) continue;
+      for (std::size_t j = 0; j < l.tensor(i).size; ++j) flat.push_back(l.tensor(i).offset + j);
+    }
+    const std::size_t keep = flat.size() - pruned_count(flat.size(), sparsity);
+    const auto kept =
+        detail::top_words(flat.size(), keep, [&](std::size_t k) { return std::abs(w[flat[k]]); });
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      const auto& t = l.tensor(i);
+      if (!prunable[i]) {
+        masks.push_back(bitmap_mask::full(t.size));
+        continue;
+      }
+      const std::size_t base = k;
+      masks.push_back(bitmap_mask::from_predicate(t.size, [&](std::size_t j) {
+        const std::size_t q = base + j;
+        return ((kept[q / 64] >> (q % 64)) & 1U) != 0;
+      }));
+      k += t.size;
+    }
+    return masks;
+  }
+};
+
+/// N:M structured pruning along rows: in every group of M consecutive entries of a row, the
+/// N largest |w| are kept (ties by index). A row's last group of g < M entries keeps
+/// min(N, g). Tensors without a matrix shape are one row. The pattern is fixed: any
+/// sparsity > 0 applies it, sparsity 0 keeps everything (dense warm-up).
+class nm_pruning {
+ public:
+  using mask_type = bitmap_mask;
+
+  /// Throws pactrain::error unless 0 < N <= M.
+  nm_pruning(std::size_t n, std::size_t m) : n_(n), m_(m) {
+    PACTRAIN_EXPECTS(m > 0 && n > 0 && n <= m, "nm_pruning: need 0 < N <= M, got " +
+                                                   std::to_string(n) + ":" + std::to_string(m));
+  }
+  [[nodiscard]] std::size_t n() const noexcept { return n_; }
+  [[nodiscard]] std::size_t m() const noexcept { return m_; }
+
+  template <gradient_value T>
+  std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
+                                   const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
+    (void)pruned_count(0, sparsity);  // validates the range
+    std::vector<bitmap_mask> masks;
+    masks.reserve(l.tensor_count());
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      const auto& t = l.tensor(i);
+      if (!prunable[i] || sparsity == 0.0) {
+        masks.push_back(bitmap_mask::full(t.size));
+        continue;
+      }
+      const std::size_t row = t.cols > 0 ? t.cols : t.size;
+      std::vector<std::uint64_t> words(detail::words_for(t.size), 0);
+      const T* x = w.data() + t.offset;
+      for (std::size_t r0 = 0; r0 < t.size; r0 += row) {
+        for (std::size_t g0 = r0; g0 < r0 + row; g0 += m_) {
+          const std::size_t g = std::min(m_, r0 + row - g0);
+          const auto kept = detail::top_words(g, std::min(n_, g),
+                                              [&](std::size_t j) { return std::abs(x[g0 + j]); });
+          for (std::size_t j = 0; j < g; ++j) {
+            if ((kept[j / 64] >> (j % 64)) & 1U) words[(g0 + j) / 64] |= 1ULL << ((g0 + j) % 64);
+          }
+        }
+      }
+      masks.emplace_back(t.size, std::move(words));
+    }
+    return masks;
+  }
+
+ private:
+  std::size_t n_;
+  std::size_t m_;
+};
+
+/// Keeps whole blocks of B entries with the largest mean |w| (a short last block is scored
+/// by its own length): pruned(blocks, s) blocks of each prunable tensor.
+template <std::size_t B>
+struct block_magnitude_pruning {
+  using mask_type = block_mask<B>;
+
+  template <gradient_value T>
+  std::vector<block_mask<B>> compute(const param_layout& l, std::span<const T> w, double sparsity,
+                                     const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
+    std::vector<block_mask<B>> masks;
+    masks.reserve(l.tensor_count());
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      const auto& t = l.tensor(i);
+      if (!prunable[i]) {
+        masks.push_back(block_mask<B>::full(t.size));
+        continue;
+      }
+      const std::size_t nb = block_mask<B>::block_count(t.size);
+      std::vector<double> score(nb, 0.0);
+      const T* x = w.data() + t.offset;
+      for (std::size_t b = 0; b < nb; ++b) {
+        const std::size_t end = std::min(t.size, (b + 1) * B);
+        double sum = 0;
+        for (std::size_t j = b * B; j < end; ++j) sum += std::abs(static_cast<double>(x[j]));
+        score[b] = sum / static_cast<double>(end - b * B);
+      }
+      const std::size_t keep = nb - pruned_count(nb, sparsity);
+      masks.emplace_back(
+          t.size,
+          bitmap_mask(nb, detail::top_words(nb, keep, [&](std::size_t b) { return score[b]; })));
+    }
+    return masks;
+  }
+};
+
+/// Prunes pruned(size, s) entries of each prunable tensor chosen by a hash of (seed, tensor,
+/// index): a baseline that ignores the weights. Ranks sharing the seed agree.
+struct random_pruning {
+  using mask_type = bitmap_mask;
+  std::uint64_t seed = 0;
+
+  template <gradient_value T>
+  std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
+                                   const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
+    std::vector<bitmap_mask> masks;
+    masks.reserve(l.tensor_count());
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      const auto& t = l.tensor(i);
+      if (!prunable[i]) {
+        masks.push_back(bitmap_mask::full(t.size));
+        continue;
+      }
+      const std::uint64_t key = digest_builder(seed).add(static_cast<std::uint64_t>(i)).value();
+      const std::size_t keep = t.size - pruned_count(t.size, sparsity);
+      masks.emplace_back(t.size, detail::top_words(t.size, keep, [key](std::size_t j) {
+                           return digest_builder(key).add(static_cast<std::uint64_t>(j)).value();
+                         }));
+    }
+    return masks;
+  }
+};
+
+static_assert(pruning_policy<magnitude_pruning>);
+static_assert(pruning_policy<nm_pruning>);
+static_assert(pruning_policy<block_magnitude_pruning<16>>);
+static_assert(pruning_policy<random_pruning>);
+
+}  // namespace pactrain
