@@ -195,7 +195,7 @@ void bm_sync(benchmark::State& state) {
     l.add("t" + std::to_string(k), std::min(std::size_t{1} << 20, n - at));
   }
   using sync_t = pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator>;
-  sync_t s{nccl_communicator{nccl(), d.stream}, l, {}, {}, {}, d.stream};
+  sync_t s{nccl_communicator{nccl(), d.stream}, l, d.stream};
   std::vector<bitmap_mask> masks;
   for (const auto& t : l.tensors()) masks.push_back(make_mask<bitmap_mask>(t.size, density));
   s.set_masks(masks);

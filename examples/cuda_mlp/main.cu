@@ -285,7 +285,7 @@ int run(int argc, char** argv) {
 
     using sync_t = pactrain::sync<pactrain::bitmap_mask, pactrain::cuda_compactor,
                                   pactrain::nccl_communicator>;
-    sync_t sync{pactrain::nccl_communicator{comm, s}, net.layout, {}, {}, {}, s};
+    sync_t sync{pactrain::nccl_communicator{comm, s}, net.layout, s};
     const pactrain::cuda_compactor compactor;
 
     device_buffer<int> idx(static_cast<std::size_t>(std::max(opt.batch, eval_batch)), s);

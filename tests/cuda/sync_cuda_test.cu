@@ -34,7 +34,7 @@ void check_against_host(const param_layout& l, cudaStream_t stream) {
   using T = typename Codec::value_type;
   using dev_sync = pactrain::sync<Mask, cuda_compactor, nccl_communicator, Codec>;
   using host_sync = pactrain::sync<Mask, host_compactor, loopback_communicator, Codec>;
-  dev_sync ds{nccl_communicator{nccl(), stream}, l, {}, {}, {}, stream};
+  dev_sync ds{nccl_communicator{nccl(), stream}, l, stream};
   host_sync hs{loopback_communicator{}, l};
   CHECK(ds.layout().buckets().size() == hs.layout().buckets().size());
   for (double d : test::densities) {

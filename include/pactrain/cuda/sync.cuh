@@ -110,6 +110,10 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
     this->commit_full("sync");
   }
 
+  /// The same, with the default compactor and codec: sync{comm, layout, stream}.
+  sync(Comm comm, param_layout layout, cuda::stream_ref stream, sync_options opt = {})
+      : sync(std::move(comm), std::move(layout), cuda_compactor{}, opt, Codec{}, stream) {}
+
   sync(const sync&) = delete;
   sync& operator=(const sync&) = delete;
   /// Waits for the last step (its kernels use the plans and payload freed here).
