@@ -12,6 +12,7 @@
 // means as fast as copying the dense tensor, above 1 faster. The `huge-pages` rows run the
 // same on buffers from pactrain::huge_page_allocator (transparent huge pages), against a
 // memcpy on those buffers.
+#include <pactrain/detail/random.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include <benchmark/benchmark.h>
@@ -58,12 +59,7 @@ buffers bufs(bool huge = false) {
   return {b.dense, b.out, b.payload};
 }
 
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+std::uint64_t mix(std::uint64_t z) { return pactrain::detail::splitmix64(z); }
 
 // Uniformly random kept entries (unstructured pruning) at the given density.
 pactrain::bitmap_mask random_mask(std::size_t n, double density, std::uint64_t seed) {
@@ -101,9 +97,7 @@ void run(benchmark::State& state, const Mask& mask, pactrain::host_compactor c, 
   if (gather) {
     timed(state, [&] { c.gather(plan, dense, payload); });
   } else {
-    timed(state, [&] {
-      c.scatter(plan, std::span<const float>(payload), b.out, 0.25f);
-    });
+    timed(state, [&] { c.scatter(plan, std::span<const float>(payload), b.out, 0.25f); });
   }
 }
 
@@ -164,8 +158,7 @@ void register_all() {
     }
   }
   // The bitmap plan's kernels on huge pages, against a memcpy there.
-  benchmark::RegisterBenchmark("memcpy/huge-pages", bm_memcpy, true)
-      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("memcpy/huge-pages", bm_memcpy, true)->Unit(benchmark::kMillisecond);
   for (const char* op : {"gather", "scatter"}) {
     for (double d : {0.01, 0.10, 0.50}) {
       const std::string dens = std::to_string(static_cast<int>(d * 100 + 0.5)) + "%";

@@ -13,6 +13,7 @@
 // is what the sync engine averages.
 #pragma once
 
+#include <pactrain/detail/random.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 
@@ -43,10 +44,8 @@ inline void enable_flush_to_zero() noexcept {
 /// splitmix64: a small, portable generator, so that every rank and machine draws the same
 /// numbers from the same seed.
 inline std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  state += 0x9e3779b97f4a7c15ULL;
+  return pactrain::detail::mix64(state);
 }
 
 /// Uniform in [0, 1) with 24 random bits.

@@ -10,6 +10,7 @@
 // masks from a shared seed, and synchronises exactly summable gradients for a few steps.
 // Each step is compared bit for bit with MPI_Allreduce of the masked dense gradients. At
 // the end one rank deliberately changes a mask, and every rank reports the tracker's error.
+#include <pactrain/detail/random.hpp>
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
 
@@ -48,12 +49,7 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+std::uint64_t mix(std::uint64_t z) { return pactrain::detail::splitmix64(z); }
 
 // Dyadic values: sums over ranks are exact, so sparse and dense must agree bit for bit.
 float grad(std::uint64_t step, int rank, std::size_t i) {

@@ -1,6 +1,7 @@
 // Deterministic, exactly summable test data and random masks shared by the tests.
 #pragma once
 
+#include <pactrain/detail/random.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
 
@@ -12,12 +13,7 @@
 
 namespace pactrain::test {
 
-inline std::uint64_t mix(std::uint64_t z) noexcept {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+inline std::uint64_t mix(std::uint64_t z) noexcept { return pactrain::detail::splitmix64(z); }
 
 inline std::uint64_t hash3(std::uint64_t a, std::uint64_t b, std::uint64_t c) noexcept {
   return mix(a ^ mix(b ^ mix(c)));
