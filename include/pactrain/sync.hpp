@@ -85,21 +85,15 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   /// Collective: replaces the masks (one per tensor, in layout order) after checking that
   /// every rank gives the same ones. On disagreement or bad input on any rank, every rank
   /// throws the same pactrain::error naming the first mismatching tensor; nothing changes.
-  void set_masks(std::vector<Mask> masks) {
-    this->commit(std::move(masks), this->strategies_, "set_masks");
-  }
+  using engine::set_masks;
 
   /// Collective: what a rank that could not produce its masks calls while the others call
   /// set_masks. Every rank throws the same pactrain::error naming this rank and `reason`.
-  [[noreturn]] void reject_masks(std::string reason) {
-    this->reject(std::move(reason), "set_masks");
-  }
+  using engine::reject_masks;
 
   /// Collective: sets the strategy of every bucket (one per bucket), checked across ranks.
   /// Plain strategies need plain_supported.
-  void set_strategies(std::vector<bucket_strategy> s) {
-    this->commit(this->masks_, std::move(s), "set_strategies");
-  }
+  using engine::set_strategies;
 
   // --- a step ---
 

@@ -122,24 +122,12 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
     if (step_event_ != nullptr) (void)cudaEventDestroy(step_event_);
   }
 
-  /// Collective: replaces the masks (one per tensor, in layout order) after checking that
-  /// every rank gives the same ones, and rebuilds the plans on the device. On disagreement or
-  /// bad input on any rank every rank throws the same pactrain::error; the previous masks
-  /// stay in force.
-  void set_masks(std::vector<Mask> masks) {
-    this->commit(std::move(masks), this->strategies_, "set_masks");
-  }
-
-  /// Collective: the counterpart of set_masks for a rank that could not produce its masks;
-  /// every rank throws the same pactrain::error naming this rank and `reason`.
-  [[noreturn]] void reject_masks(std::string reason) {
-    this->reject(std::move(reason), "set_masks");
-  }
-
-  /// Collective: the strategy of every bucket (one per bucket), checked across ranks.
-  void set_strategies(std::vector<bucket_strategy> s) {
-    this->commit(this->masks_, std::move(s), "set_strategies");
-  }
+  /// Collective: set_masks (which also rebuilds the plans on the device), reject_masks and
+  /// set_strategies, as on the host engine (sync.hpp); on bad input or disagreement on any
+  /// rank every rank throws the same pactrain::error and nothing changes.
+  using core::reject_masks;
+  using core::set_masks;
+  using core::set_strategies;
 
   /// Averages `grads` (device memory, the flat buffer of all tensors) across ranks in place,
   /// queued on `stream`; pruned entries come back as +0. Never synchronises. Bad input

@@ -86,6 +86,13 @@ class sync_core {
   [[nodiscard]] Comm& get_communicator() noexcept { return comm_; }
   [[nodiscard]] const Compactor& compactor() const noexcept { return compactor_; }
 
+  // The collective changes of what is committed; both engines' contracts are in sync.hpp.
+  void set_masks(std::vector<Mask> masks) { commit(std::move(masks), strategies_, "set_masks"); }
+  [[noreturn]] void reject_masks(std::string reason) { reject(std::move(reason), "set_masks"); }
+  void set_strategies(std::vector<bucket_strategy> s) {
+    commit(masks_, std::move(s), "set_strategies");
+  }
+
  protected:
   static constexpr bool is_identity = codec_traits<Codec>::is_identity;
   static constexpr bool feedback = Feedback::enabled && !is_identity;
