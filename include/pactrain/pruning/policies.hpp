@@ -76,6 +76,25 @@ void check_inputs(const param_layout& l, std::span<const T> w, const std::vector
   }
 }
 
+// The masks of a policy: a full mask for every tensor not flagged prunable, `make(t, x)` for
+// the others in layout order (x: the tensor's weights), after the inputs are checked.
+template <class Mask, class T, class Make>
+std::vector<Mask> masks_per_tensor(const param_layout& l, std::span<const T> w,
+                                   const std::vector<bool>& prunable, Make&& make) {
+  check_inputs(l, w, prunable);
+  std::vector<Mask> masks;
+  masks.reserve(l.tensor_count());
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    const auto& t = l.tensor(i);
+    if (prunable[i]) {
+      masks.push_back(make(t, w.data() + t.offset));
+    } else {
+      masks.push_back(Mask::full(t.size));
+    }
+  }
+  return masks;
+}
+
 }  // namespace detail
 
 /// A policy computes one mask per tensor of a layout from the flat weights:
@@ -102,24 +121,17 @@ struct magnitude_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
-    detail::check_inputs(l, w, prunable);
-    std::vector<bitmap_mask> masks;
-    masks.reserve(l.tensor_count());
     if (scope == pruning_scope::per_tensor) {
-      for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-        const auto& t = l.tensor(i);
-        if (!prunable[i]) {
-          masks.push_back(bitmap_mask::full(t.size));
-          continue;
-        }
-        const T* x = w.data() + t.offset;
-        const std::size_t keep = t.size - pruned_count(t.size, sparsity);
-        masks.emplace_back(
-            t.size, detail::top_words(t.size, keep, [x](std::size_t j) { return std::abs(x[j]); }));
-      }
-      return masks;
+      return detail::masks_per_tensor<bitmap_mask>(
+          l, w, prunable, [&](const tensor_info& t, const T* x) {
+            const std::size_t keep = t.size - pruned_count(t.size, sparsity);
+            return bitmap_mask(t.size, detail::top_words(t.size, keep, [x](std::size_t j) {
+                                 return std::abs(x[j]);
+                               }));
+          });
     }
     // Global: rank every prunable entry by (|w|, flat index); one threshold for all.
+    detail::check_inputs(l, w, prunable);
     std::vector<std::size_t> flat;  // flat indices of prunable entries, increasing
     for (std::size_t i = 0; i < l.tensor_count(); ++i) {
       if (!prunable[i]) continue;
@@ -128,21 +140,16 @@ struct magnitude_pruning {
     const std::size_t keep = flat.size() - pruned_count(flat.size(), sparsity);
     const auto kept =
         detail::top_words(flat.size(), keep, [&](std::size_t k) { return std::abs(w[flat[k]]); });
-    std::size_t k = 0;
-    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-      const auto& t = l.tensor(i);
-      if (!prunable[i]) {
-        masks.push_back(bitmap_mask::full(t.size));
-        continue;
-      }
-      const std::size_t base = k;
-      masks.push_back(bitmap_mask::from_predicate(t.size, [&](std::size_t j) {
-        const std::size_t q = base + j;
-        return ((kept[q / 64] >> (q % 64)) & 1U) != 0;
-      }));
-      k += t.size;
-    }
-    return masks;
+    std::size_t base = 0;  // the tensor's first position in `flat`
+    return detail::masks_per_tensor<bitmap_mask>(
+        l, w, prunable, [&](const tensor_info& t, const T*) {
+          auto m = bitmap_mask::from_predicate(t.size, [&](std::size_t j) {
+            const std::size_t q = base + j;
+            return ((kept[q / 64] >> (q % 64)) & 1U) != 0;
+          });
+          base += t.size;
+          return m;
+        });
   }
 };
 
@@ -165,32 +172,25 @@ class nm_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
-    detail::check_inputs(l, w, prunable);
     (void)pruned_count(0, sparsity);  // validates the range
-    std::vector<bitmap_mask> masks;
-    masks.reserve(l.tensor_count());
-    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-      const auto& t = l.tensor(i);
-      if (!prunable[i] || sparsity == 0.0) {
-        masks.push_back(bitmap_mask::full(t.size));
-        continue;
-      }
-      const std::size_t row = t.cols > 0 ? t.cols : t.size;
-      std::vector<std::uint64_t> words(detail::words_for(t.size), 0);
-      const T* x = w.data() + t.offset;
-      for (std::size_t r0 = 0; r0 < t.size; r0 += row) {
-        for (std::size_t g0 = r0; g0 < r0 + row; g0 += m_) {
-          const std::size_t g = std::min(m_, r0 + row - g0);
-          const auto kept = detail::top_words(g, std::min(n_, g),
-                                              [&](std::size_t j) { return std::abs(x[g0 + j]); });
-          for (std::size_t j = 0; j < g; ++j) {
-            if ((kept[j / 64] >> (j % 64)) & 1U) words[(g0 + j) / 64] |= 1ULL << ((g0 + j) % 64);
+    return detail::masks_per_tensor<bitmap_mask>(
+        l, w, prunable, [&](const tensor_info& t, const T* x) {
+          if (sparsity == 0.0) return bitmap_mask::full(t.size);
+          const std::size_t row = t.cols > 0 ? t.cols : t.size;
+          std::vector<std::uint64_t> words(detail::words_for(t.size), 0);
+          for (std::size_t r0 = 0; r0 < t.size; r0 += row) {
+            for (std::size_t g0 = r0; g0 < r0 + row; g0 += m_) {
+              const std::size_t g = std::min(m_, r0 + row - g0);
+              const auto kept = detail::top_words(
+                  g, std::min(n_, g), [&](std::size_t j) { return std::abs(x[g0 + j]); });
+              for (std::size_t j = 0; j < g; ++j) {
+                if ((kept[j / 64] >> (j % 64)) & 1U)
+                  words[(g0 + j) / 64] |= 1ULL << ((g0 + j) % 64);
+              }
+            }
           }
-        }
-      }
-      masks.emplace_back(t.size, std::move(words));
-    }
-    return masks;
+          return bitmap_mask(t.size, std::move(words));
+        });
   }
 
  private:
@@ -207,30 +207,21 @@ struct block_magnitude_pruning {
   template <gradient_value T>
   std::vector<block_mask<B>> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                      const std::vector<bool>& prunable) const {
-    detail::check_inputs(l, w, prunable);
-    std::vector<block_mask<B>> masks;
-    masks.reserve(l.tensor_count());
-    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-      const auto& t = l.tensor(i);
-      if (!prunable[i]) {
-        masks.push_back(block_mask<B>::full(t.size));
-        continue;
-      }
-      const std::size_t nb = block_mask<B>::block_count(t.size);
-      std::vector<double> score(nb, 0.0);
-      const T* x = w.data() + t.offset;
-      for (std::size_t b = 0; b < nb; ++b) {
-        const std::size_t end = std::min(t.size, (b + 1) * B);
-        double sum = 0;
-        for (std::size_t j = b * B; j < end; ++j) sum += std::abs(static_cast<double>(x[j]));
-        score[b] = sum / static_cast<double>(end - b * B);
-      }
-      const std::size_t keep = nb - pruned_count(nb, sparsity);
-      masks.emplace_back(
-          t.size,
-          bitmap_mask(nb, detail::top_words(nb, keep, [&](std::size_t b) { return score[b]; })));
-    }
-    return masks;
+    return detail::masks_per_tensor<block_mask<B>>(
+        l, w, prunable, [&](const tensor_info& t, const T* x) {
+          const std::size_t nb = block_mask<B>::block_count(t.size);
+          std::vector<double> score(nb, 0.0);
+          for (std::size_t b = 0; b < nb; ++b) {
+            const std::size_t end = std::min(t.size, (b + 1) * B);
+            double sum = 0;
+            for (std::size_t j = b * B; j < end; ++j) sum += std::abs(static_cast<double>(x[j]));
+            score[b] = sum / static_cast<double>(end - b * B);
+          }
+          const std::size_t keep = nb - pruned_count(nb, sparsity);
+          return block_mask<B>(
+              t.size, bitmap_mask(nb, detail::top_words(nb, keep,
+                                                        [&](std::size_t b) { return score[b]; })));
+        });
   }
 };
 
@@ -243,22 +234,16 @@ struct random_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
-    detail::check_inputs(l, w, prunable);
-    std::vector<bitmap_mask> masks;
-    masks.reserve(l.tensor_count());
-    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
-      const auto& t = l.tensor(i);
-      if (!prunable[i]) {
-        masks.push_back(bitmap_mask::full(t.size));
-        continue;
-      }
-      const std::uint64_t key = digest_builder(seed).add(static_cast<std::uint64_t>(i)).value();
-      const std::size_t keep = t.size - pruned_count(t.size, sparsity);
-      masks.emplace_back(t.size, detail::top_words(t.size, keep, [key](std::size_t j) {
-                           return digest_builder(key).add(static_cast<std::uint64_t>(j)).value();
-                         }));
-    }
-    return masks;
+    return detail::masks_per_tensor<bitmap_mask>(
+        l, w, prunable, [&](const tensor_info& t, const T*) {
+          const auto i = static_cast<std::uint64_t>(&t - l.tensors().data());
+          const std::uint64_t key = digest_builder(seed).add(i).value();
+          const std::size_t keep = t.size - pruned_count(t.size, sparsity);
+          return bitmap_mask(
+              t.size, detail::top_words(t.size, keep, [key](std::size_t j) {
+                return digest_builder(key).add(static_cast<std::uint64_t>(j)).value();
+              }));
+        });
   }
 };
 

@@ -148,6 +148,7 @@ class sync_core {
     in.operation = op;
     std::vector<std::uint64_t> digests;
     std::vector<plan_type> plans;
+    workspace_layout w;
     try {
       engine().check_commit(op);
       check_commit_sizes(layout_, masks, strategies.size());
@@ -166,6 +167,11 @@ class sync_core {
         plans.push_back(engine().build_plan(m));
       }
       codec_.validate(comm_.size());
+      // Sized before the agreement: an error while sizing reaches every rank through it.
+      w = workspace_layout::make(
+          layout_, strategies, [&](std::size_t i) { return plans[i].count(); },
+          [](bucket_strategy s) { return !is_identity && !is_plain(s); },
+          [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); });
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();
     }
@@ -174,11 +180,7 @@ class sync_core {
     in.mask_digests = digests;
     agree(comm_, in);
 
-    // Everyone agrees: size the workspaces, let the engine allocate them, then install.
-    auto w = workspace_layout::make(
-        layout_, strategies, [&](std::size_t i) { return plans[i].count(); },
-        [](bucket_strategy s) { return !is_identity && !is_plain(s); },
-        [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); });
+    // Everyone agrees: let the engine allocate the workspaces, then install.
     engine().install_workspace(w);
     masks_ = std::move(masks);
     mask_digests_ = std::move(digests);

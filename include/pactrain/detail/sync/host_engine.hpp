@@ -333,10 +333,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   void complete() {
     auto& s = current_.stats();
     const value_type inv_p = value_type(1) / static_cast<value_type>(this->comm_.size());
-    bool any = false;  // the same on every rank: input sizes follow the agreed masks
-    for (std::size_t b = 0; b < current_.buckets(); ++b)
-      any = any || this->workspace_.codec_input_of(b) != 0;
-    scales_.start_next(this->comm_, s, any);
+    // The same on every rank: input sizes follow the agreed masks.
+    scales_.start_next(this->comm_, s, this->workspace_.codec_input_size() != 0);
     const auto& order = current_.order();
     for (std::size_t k = 0; k < order.size(); ++k) {
       const std::size_t b = order[k];
