@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Turns bench/results/sync.csv into PNG plots (gnuplot), an alpha-beta cost model and
-bench/RESULTS.md. Standard library only; run by bench/run_all.sh, or on its own:
+bench/RESULTS.md, ending with bench/results/measurements.md (hand-kept figures) verbatim.
+Standard library only; run by bench/run_all.sh, or on its own:
 
     /usr/bin/python3 bench/report.py --results bench/results --out bench/RESULTS.md
 """
@@ -562,7 +563,7 @@ def main():
           "is a memcpy of the 4 MiB of weights, timed in the same run, divided by the "
           "operation's time (above 1: faster than copying the weights once). Masks for digest "
           "and serialization keep 10% (magnitude). Compaction per mask type is in "
-          "`bench/compact_bench.cpp` (see the README's Performance section).\n")
+          "`bench/compact_bench.cpp` (see Host compaction below).\n")
         w("| benchmark | time | x_memcpy | density kept | serialized bytes |\n|---|---|---|---|---|")
         for b in bj.get("benchmarks", []):
             if b.get("aggregate_name") != "median":
@@ -579,6 +580,12 @@ def main():
     w("```sh\nbench/run_all.sh          # as root; builds, sets up the testbed per rate, runs, "
       "writes this file\nPACTRAIN_REPORT_ONLY=1 bench/run_all.sh   # only the plots and this "
       "file, from bench/results/sync.csv\n```\n")
+    # Hand-kept figures from runs outside the sweep, verbatim, whichever --results is used.
+    measured = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                            "measurements.md")
+    if os.path.exists(measured):
+        with open(measured) as f:
+            w(f.read())
     with open(args.out, "w") as f:
         f.write("\n".join(md))
     print(f"report.py: wrote {args.out}")
