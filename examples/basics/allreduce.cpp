@@ -11,8 +11,9 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <exception>
 #include <vector>
+
+#include "run_main.hpp"
 
 int run() {
   // [snippet:allreduce]
@@ -53,14 +54,4 @@ int run() {
   return wrong == 0 && sync.stats().bytes_sent == want_bytes ? 0 : 1;
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = 1;
-  try {
-    rc = run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "allreduce: %s\n", e.what());
-  }
-  MPI_Finalize();
-  return rc;
-}
+int main(int argc, char** argv) { return basics::run_main(argc, argv, "allreduce", run); }
