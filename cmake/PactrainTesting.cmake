@@ -73,11 +73,15 @@ function(pactrain_test_executable target stem subdir source)
     RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/${subdir}")
 endfunction()
 
-# pactrain_add_unit_test(<source>): a doctest executable pactrain_unit_<stem> (the source
-# provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest test
-# unit.<stem>, label unit.
+# pactrain_add_unit_test(<source> [NAME <name>]): a doctest executable pactrain_unit_<name>
+# (the source provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest
+# test unit.<name>, label unit. <name> defaults to the file's stem.
 function(pactrain_add_unit_test source)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME" "")
   pactrain_test_stem(stem "${source}")
+  if(arg_NAME)
+    set(stem ${arg_NAME})
+  endif()
   set(target pactrain_unit_${stem})
   pactrain_test_executable(${target} ${stem} unit "${source}" pactrain::pactrain)
 
@@ -85,11 +89,16 @@ function(pactrain_add_unit_test source)
   set_tests_properties(unit.${stem} PROPERTIES LABELS unit TIMEOUT ${PACTRAIN_TEST_TIMEOUT})
 endfunction()
 
-# pactrain_add_mpi_test(<source>): a doctest executable pactrain_mpi_<stem> linked with the
-# shared MPI-aware doctest main, registered once per rank count N in PACTRAIN_MPI_TEST_RANKS
-# as ctest test mpi.<stem>.np<N>, label mpi.
+# pactrain_add_mpi_test(<source> [NAME <name>]): a doctest executable pactrain_mpi_<name>
+# linked with the shared MPI-aware doctest main, registered once per rank count N in
+# PACTRAIN_MPI_TEST_RANKS as ctest test mpi.<name>.np<N>, label mpi. <name> defaults to the
+# file's stem.
 function(pactrain_add_mpi_test source)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME" "")
   pactrain_test_stem(stem "${source}")
+  if(arg_NAME)
+    set(stem ${arg_NAME})
+  endif()
   set(target pactrain_mpi_${stem})
   pactrain_test_executable(${target} ${stem} mpi "${source}" pactrain_mpi_doctest_main pactrain::mpi)
 

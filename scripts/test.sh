@@ -38,7 +38,7 @@ if [[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]]; then
 else
   section "sanitizer configure (build-asan/, ASan + UBSan)"
   # -O0: with both sanitizers, -O1 compiles the template-heavy tests about 5x slower (100 s
-  # against 21 s for tests/unit/sync_test.cpp on 2 cores), far more than the tests then run.
+  # against 21 s for tests/unit/sync/sync_test.cpp on 2 cores), far more than the tests then run.
   cmake -S . -B build-asan --log-level=WARNING \
     -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g" \

@@ -6,8 +6,8 @@
 #include <pactrain/compactor.hpp>
 #include <pactrain/cuda/compactor.cuh>
 
-#include "../common/cuda_helpers.cuh"
-#include "../common/test_data.hpp"
+#include "common/cuda_helpers.cuh"
+#include "common/test_data.hpp"
 
 #include <string>
 #include <vector>

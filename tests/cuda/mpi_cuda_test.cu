@@ -7,9 +7,9 @@
 #include <pactrain/cuda/sync.cuh>
 #include <pactrain/pactrain.hpp>
 
-#include "../common/cuda_helpers.cuh"
-#include "../common/mpi_helpers.hpp"
-#include "../common/test_data.hpp"
+#include "common/cuda_helpers.cuh"
+#include "common/mpi_helpers.hpp"
+#include "common/test_data.hpp"
 
 #include <mpi.h>
 

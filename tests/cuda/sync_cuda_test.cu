@@ -7,8 +7,8 @@
 #include <pactrain/cuda/sync.cuh>
 #include <pactrain/pactrain.hpp>
 
-#include "../common/cuda_helpers.cuh"
-#include "../common/test_data.hpp"
+#include "common/cuda_helpers.cuh"
+#include "common/test_data.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -5,7 +5,7 @@
 
 #include <pactrain/compactor.hpp>
 
-#include "../common/test_data.hpp"
+#include "common/test_data.hpp"
 
 #include <cmath>
 #include <cstring>

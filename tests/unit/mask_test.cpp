@@ -4,7 +4,7 @@
 
 #include <pactrain/mask.hpp>
 
-#include "../common/test_data.hpp"
+#include "common/test_data.hpp"
 
 #include <cstdint>
 #include <utility>

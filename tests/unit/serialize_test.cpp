@@ -4,7 +4,7 @@
 
 #include <pactrain/serialize.hpp>
 
-#include "../common/test_data.hpp"
+#include "common/test_data.hpp"
 
 #include <cstddef>
 #include <cstdint>

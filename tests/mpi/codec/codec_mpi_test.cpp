@@ -10,8 +10,8 @@
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
 
-#include "../common/mpi_helpers.hpp"
-#include "../common/test_data.hpp"
+#include "common/mpi_helpers.hpp"
+#include "common/test_data.hpp"
 
 #include <mpi.h>
 

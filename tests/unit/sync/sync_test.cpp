@@ -4,7 +4,7 @@
 
 #include <pactrain/pactrain.hpp>
 
-#include "../common/test_data.hpp"
+#include "common/test_data.hpp"
 
 #include <string>
 #include <vector>

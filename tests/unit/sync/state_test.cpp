@@ -5,7 +5,7 @@
 
 #include <pactrain/pactrain.hpp>
 
-#include "../common/test_data.hpp"
+#include "common/test_data.hpp"
 
 #include <bit>
 #include <cstddef>
