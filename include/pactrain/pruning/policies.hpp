@@ -77,11 +77,10 @@ void check_inputs(const param_layout& l, std::span<const T> w, const std::vector
 }
 
 // The masks of a policy: a full mask for every tensor not flagged prunable, `make(t, x)` for
-// the others in layout order (x: the tensor's weights), after the inputs are checked.
+// the others in layout order (x: the tensor's weights). The inputs have passed check_inputs.
 template <class Mask, class T, class Make>
 std::vector<Mask> masks_per_tensor(const param_layout& l, std::span<const T> w,
                                    const std::vector<bool>& prunable, Make&& make) {
-  check_inputs(l, w, prunable);
   std::vector<Mask> masks;
   masks.reserve(l.tensor_count());
   for (std::size_t i = 0; i < l.tensor_count(); ++i) {
@@ -121,6 +120,7 @@ struct magnitude_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
     if (scope == pruning_scope::per_tensor) {
       return detail::masks_per_tensor<bitmap_mask>(
           l, w, prunable, [&](const tensor_info& t, const T* x) {
@@ -131,7 +131,6 @@ struct magnitude_pruning {
           });
     }
     // Global: rank every prunable entry by (|w|, flat index); one threshold for all.
-    detail::check_inputs(l, w, prunable);
     std::vector<std::size_t> flat;  // flat indices of prunable entries, increasing
     for (std::size_t i = 0; i < l.tensor_count(); ++i) {
       if (!prunable[i]) continue;
@@ -172,6 +171,7 @@ class nm_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
     (void)pruned_count(0, sparsity);  // validates the range
     return detail::masks_per_tensor<bitmap_mask>(
         l, w, prunable, [&](const tensor_info& t, const T* x) {
@@ -207,6 +207,7 @@ struct block_magnitude_pruning {
   template <gradient_value T>
   std::vector<block_mask<B>> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                      const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
     return detail::masks_per_tensor<block_mask<B>>(
         l, w, prunable, [&](const tensor_info& t, const T* x) {
           const std::size_t nb = block_mask<B>::block_count(t.size);
@@ -234,6 +235,7 @@ struct random_pruning {
   template <gradient_value T>
   std::vector<bitmap_mask> compute(const param_layout& l, std::span<const T> w, double sparsity,
                                    const std::vector<bool>& prunable) const {
+    detail::check_inputs(l, w, prunable);
     return detail::masks_per_tensor<bitmap_mask>(
         l, w, prunable, [&](const tensor_info& t, const T*) {
           const auto i = static_cast<std::uint64_t>(&t - l.tensors().data());
