@@ -22,11 +22,9 @@ concept wire_value =
     std::same_as<T, std::uint32_t> || std::same_as<T, std::int64_t> ||
     std::same_as<T, std::uint64_t> || std::same_as<T, std::byte> || half_value<T>;
 
-/// A group of ranks that can run collectives. Every member must call the same collectives
-/// with the same sizes in the same order. In-place allreduce: on return `data` holds the
-/// reduction over all ranks. `allreduce_async` returns a C::request_type whose wait()
-/// completes it; `data` must stay alive and untouched until then. Failures throw
-/// pactrain::communication_error.
+/// A group of ranks; every member calls the same collectives, with the same sizes, in the same
+/// order. allreduce is in place; allreduce_async's request completes on wait(), and `data` stays
+/// alive and untouched until then. Failures throw pactrain::communication_error.
 template <class C>
 concept communicator = std::movable<C> &&
     requires(C& c, const C& cc, std::span<float> f, std::span<double> d, std::span<std::uint64_t> u,

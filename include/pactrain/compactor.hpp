@@ -32,11 +32,9 @@ enum class memory_space { host, device };
 template <class T>
 concept gradient_value = std::same_as<T, float> || std::same_as<T, double>;
 
-/// A compactor C that can compact T-valued gradients under masks of type Mask:
-///   make_plan(mask)                      -> C::plan_type, with size() and count();
-///   gather(plan, dense, payload)         payload[k] = dense[k-th kept index];
-///   scatter(plan, payload, dense, scale) dense[i] = scale * payload[rank(i)] if kept, else 0.
-/// C::memory says where dense and payload buffers must live.
+/// C compacts T gradients under Mask, with both buffers in C::memory: make_plan(mask) gives a
+/// plan_type with size() and count(); gather(plan, dense, payload): payload[k] = dense[k-th kept
+/// index]; scatter(plan, payload, dense, scale): dense[i] = scale * payload[rank(i)] or +0.
 template <class C, class Mask, class T>
 concept compactor_for = gradient_mask<Mask> &&
     requires(const C& c, const Mask& m, const typename C::plan_type& p, std::span<const T> in,
@@ -80,11 +78,9 @@ void check_compaction_buffers(const std::string& where, std::size_t plan_size,
 /// Instruction sets of the host kernels. `automatic` takes the widest the CPU supports.
 enum class host_isa { automatic, portable, avx2, avx512 };
 
-/// How a host plan stores the kept entries:
-///   bitmap   one bit per entry; kernels stream the dense tensor (mid densities);
-///   runs     (begin, length) of maximal kept runs; memcpy per run (blocks, structured masks);
-///   indices  32-bit index per kept entry; touches only kept entries (very low densities).
-/// `automatic` picks per mask from its density and mean run length.
+/// How a host plan stores the kept entries: bitmap (one bit per entry; mid densities), runs
+/// (maximal kept runs; structured masks) or indices (one 32-bit index each; very low densities).
+/// `automatic` picks per mask from its density and mean run length (see options).
 enum class plan_format { automatic, bitmap, runs, indices };
 
 inline const char* to_string(host_isa isa) noexcept {
@@ -202,9 +198,8 @@ class host_compactor {
           for (std::size_t i = b; i < b + len; ++i)
             p.indices_.push_back(static_cast<std::uint32_t>(i));
         });
-        // Indices gather fastest at low density, but an output large enough for streaming
-        // stores scatters faster through the bitmap kernel (64 MiB at 1%: 3.4 against 5.5 ms),
-        // so such a plan keeps the words as well (n / 8 bytes).
+        // An output large enough for streaming stores scatters faster through the bitmap
+        // kernel, so such a plan keeps the words as well (n / 8 bytes).
         if (streams_bytes(p.size_ * sizeof(float))) {
           p.words_.reserve(detail::words_for(p.size_));
           detail::for_each_word(mask, [&](std::uint64_t w) { p.words_.push_back(w); });

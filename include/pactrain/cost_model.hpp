@@ -133,10 +133,9 @@ inline void check_calibration_options(const calibration_options& opt) {
 
 }  // namespace detail
 
-/// Collective: times float allreduces of two sizes on `comm`, as the engine runs them (started
-/// nonblocking, then waited for), and solves the alpha-beta pair from them; both are the
-/// maximum over the ranks. Calibrate the link once and reuse it for every engine you compare:
-/// two calibrations of a noisy link differ more than the engines may.
+/// Collective: alpha and beta from timed allreduces of small_bytes and large_bytes, the maximum
+/// over ranks; throws pactrain::error for invalid options. Measure once and reuse it to compare
+/// engines: two calibrations of a noisy link differ more than the engines may.
 template <communicator Comm>
 link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
   detail::check_calibration_options(opt);
@@ -162,10 +161,9 @@ link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
   return l;
 }
 
-/// Collective: a cost model over a measured `link`. Times `compactor`'s gather + scatter and
-/// a dense scaling pass per entry and, for a codec other than the identity, what the engine
-/// does per coded entry with error feedback (encode_with_feedback, decode), all over
-/// compact_entries values; every value is the maximum over ranks.
+/// Collective: a cost model over `link`, timing compaction, dense scaling and (unless the codec
+/// is the identity) the codec with error feedback per entry, the maximum over ranks. Throws
+/// pactrain::error for invalid options or a link that is not finite and >= 0.
 template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
 cost_model calibrate_local(Comm& comm, const link_model& link, calibration_options opt = {},
                            const Compactor& compactor = {}, const Codec& codec = {}) {

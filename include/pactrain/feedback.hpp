@@ -16,14 +16,9 @@
 
 namespace pactrain {
 
-/// Error feedback, a policy of the sync engine (its fifth template parameter).
-///   no_feedback     each step sends its own gradient;
-///   error_feedback  a residual r per codec input entry (payload entries of sparse buckets,
-///                   every entry of dense ones): the engine encodes g' = g + r and keeps
-///                   r = g' - decode_local(encode(g')), what this rank's contribution failed
-///                   to deliver, for the next step. Residuals start at zero and are reset
-///                   whenever masks or strategies are committed. It does nothing for the
-///                   identity codec, which delivers everything.
+/// The engine's fifth template parameter. error_feedback keeps, per codec input entry, what this
+/// rank's encodings failed to deliver (zero after every commit of masks or strategies) and adds
+/// it to the next step's input; it does nothing for the identity codec.
 struct no_feedback {
   static constexpr bool enabled = false;
 };
@@ -37,8 +32,7 @@ concept feedback_policy = requires {
 };
 
 /// Encodes `in` and sets residual = in - decode_local(wire): what this rank's encoding failed
-/// to deliver (error feedback). One pass where the codec has encode_residual, else three.
-/// residual must not overlap in.
+/// to deliver (error feedback). residual must not overlap in.
 template <bucket_codec K>
 void encode_with_residual(const K& codec, std::span<const typename K::value_type> in,
                           std::span<typename K::wire_type> wire,

@@ -186,10 +186,8 @@ inline void from_float(const float* in, half* out, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) out[i] = half::from_bits(float_to_half_bits(in[i]));
 }
 
-/// inout[i] = round(op(float(in[i]), float(inout[i]))): one rounding per pairwise combine.
-/// For sums that rounding is of the exact sum: the float sum of two 16-bit values can be
-/// inexact only when one is too small to move the other's 16-bit rounding, so rounding it
-/// again gives the correctly rounded 16-bit sum.
+/// inout[i] = round(op(float(in[i]), float(inout[i]))): one rounding per pairwise combine, so
+/// a sum is the correctly rounded 16-bit sum of the two operands.
 template <half_value T, class Op>
 void combine(const T* in, T* inout, std::size_t n, Op op) noexcept {
   constexpr std::size_t chunk = 256;

@@ -32,10 +32,9 @@ struct bucket_info {
   std::size_t size = 0;    // entries
 };
 
-/// The tensors of a gradient in a fixed order, laid out back to back in one flat buffer and
-/// grouped greedily into buckets of at most `bucket_capacity()` entries (a larger tensor
-/// gets a bucket of its own; tensors are never split). Every rank must build the same
-/// layout; the sync engine checks that through digest().
+/// A gradient's tensors in order, back to back in one flat buffer, grouped greedily into buckets
+/// of at most `bucket_capacity()` entries (tensors are never split; a larger one gets a bucket of
+/// its own). Every rank must build the same layout; the sync engine checks digest().
 class param_layout {
  public:
   /// Default bucket capacity: 4 Mi entries (16 MiB of float).

@@ -41,11 +41,9 @@ struct run_sink {
 
 }  // namespace detail
 
-/// A set of kept entries of a tensor of `size()` entries.
-///
-/// `for_each_run(f)` calls f(begin, length) for every maximal run of kept entries, in
-/// increasing order; every other operation on masks (conversion, digest, compaction plans)
-/// is built on it. `full(n)` keeps every entry and `none(n)` keeps none.
+/// A set of kept entries of a tensor of `size()` entries. `for_each_run(f)` calls f(begin,
+/// length) for every maximal run of kept entries, in increasing order; `full(n)` keeps every
+/// entry and `none(n)` keeps none.
 template <class M>
 concept gradient_mask = std::regular<M> && requires(const M& m, std::size_t i, detail::run_sink f) {
   { m.size() } -> std::same_as<std::size_t>;

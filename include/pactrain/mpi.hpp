@@ -68,20 +68,9 @@ inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
 
 }  // namespace detail
 
-/// Collectives over MPI. The constructor duplicates the user's communicator (a collective
-/// call on it), so pactrain's traffic never matches the user's messages, and sets
-/// MPI_ERRORS_RETURN on the duplicate so that MPI failures become
-/// pactrain::communication_error instead of aborting. The user's communicator is never
-/// modified and may be freed at any time after construction. The destructor frees the
-/// duplicate with MPI_Comm_free, a collective call: destroy the communicator (and any sync
-/// engine holding it) on all ranks, before MPI_Finalize (it is skipped after it).
-///
-/// half and bfloat16 are reduced by commutative user-defined MPI_Ops, created with the
-/// communicator and freed with it: each pairwise combine converts both operands to float,
-/// combines them and rounds the result once to nearest even. That is the correctly rounded
-/// 16-bit sum of the two operands, but a reduction over P ranks rounds P - 1 times, in an order
-/// MPI chooses; results are exact (and order-independent) when all partial sums are
-/// representable.
+/// Collectives over a duplicate of the user's MPI communicator; MPI failures throw
+/// pactrain::communication_error. half and bfloat16 round once per pairwise combine, in MPI's
+/// order, so P ranks round P - 1 times: exact when every partial sum is representable.
 class mpi_communicator {
  public:
   /// A pending nonblocking collective. wait() completes it; destroying a request that was
@@ -134,7 +123,8 @@ class mpi_communicator {
     std::vector<MPI_Request> reqs_;
   };
 
-  /// Throws pactrain::error when MPI is not initialised or `comm` is MPI_COMM_NULL.
+  /// Collective on `comm`, which is never modified and may be freed afterwards. Throws
+  /// pactrain::error when MPI is not initialised or `comm` is MPI_COMM_NULL.
   explicit mpi_communicator(MPI_Comm comm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -170,6 +160,8 @@ class mpi_communicator {
   }
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
+  /// Collective: destroy it, and any engine holding it, on every rank before MPI_Finalize
+  /// (after MPI_Finalize it frees nothing).
   ~mpi_communicator() { release(); }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }

@@ -58,12 +58,9 @@ inline strategy_choice predict_strategies(const cost_model& m, int ranks,
                                           std::span<const bucket_shape> b,
                                           std::vector<bucket_strategy> strategies);
 
-/// Chooses each bucket's strategy: the predicted fastest of dense, sparse and, for an engine
-/// with a codec, the coded sparse and dense paths, if it beats the plain dense path by the
-/// margin; otherwise plain dense. For an engine with a codec the plain choices are
-/// dense_plain and sparse_plain, the coded ones sparse and dense; without one, dense and
-/// sparse. Deterministic in its inputs, so ranks holding the same model and shapes choose
-/// the same.
+/// Local and deterministic: per bucket the predicted fastest path where it beats plain dense by
+/// opt.margin (else plain dense), and all plain where the scale round makes coding lose. Throws
+/// pactrain::error for an invalid model, ranks < 1, a margin outside [0, 1) or a bad shape.
 inline strategy_choice choose_strategies(const cost_model& m, int ranks,
                                          std::span<const bucket_shape> b, choice_options opt = {}) {
   m.validate();
@@ -147,11 +144,9 @@ struct candidate_options {
   double keep_within = 3.0;
 };
 
-/// The strategy choices worth timing (see strategy_tuner): choose_strategies' choice first (always
-/// kept), then one choice per strategy the engine has, every bucket on it (buckets below
-/// min_sparse_entries stay on the plain dense path), in order of prediction; duplicates and
-/// choices predicted slower than keep_within times the best are left out. Deterministic in its
-/// inputs, so every rank holding the same model gets the same list.
+/// Local and deterministic: choose_strategies' choice, then one uniform choice per strategy
+/// (small buckets plain dense) by prediction, without duplicates or those above keep_within
+/// times the best. Throws as choose_strategies does, and unless keep_within is finite and >= 1.
 inline std::vector<strategy_choice> candidate_strategies(const cost_model& m, int ranks,
                                                          std::span<const bucket_shape> b,
                                                          candidate_options opt = {}) {

@@ -69,10 +69,9 @@ enum class mask_source { local, root_broadcast };
 
 inline constexpr std::uint32_t checkpoint_format_version = 1;
 
-/// Drives a sync engine's masks through a schedule. Call step() once per training step,
-/// after the optimizer step, on every rank; it is collective on update steps. save() and
-/// load() checkpoint the masks and the schedule position so that a resumed run continues
-/// with bit-identical masks.
+/// Drives a sync engine's masks through a schedule: call step() on every rank once per training
+/// step, after the optimizer step. save() and load() checkpoint the masks and the schedule
+/// position, so that a resumed run continues with bit-identical masks.
 template <pruning_policy Policy, pruning_schedule Schedule>
 class pruner {
  public:
@@ -88,10 +87,9 @@ class pruner {
     schedule_.validate();
   }
 
-  /// Advances one training step. On an update step computes the masks for the schedule's
-  /// sparsity from `weights` (the flat weights laid out by sync.layout()) and commits them
-  /// with sync.set_masks; returns whether masks were committed. Collective on update steps:
-  /// a failure on any rank throws on every rank and leaves the old masks in force.
+  /// Collective on update steps: commits the masks for the schedule's sparsity from `weights`
+  /// (laid out by sync.layout()) and returns true. A failure on any rank throws on every rank
+  /// and leaves the old masks and the step count in force.
   template <class Sync, gradient_value T>
   bool step(Sync& sync, std::span<const T> weights) {
     static_assert(std::is_same_v<typename Sync::mask_type, mask_type>,
@@ -129,9 +127,8 @@ class pruner {
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const std::vector<bool>& prunable() const noexcept { return prunable_; }
 
-  /// The checkpoint: magic "PTRNCKPT", version, layout digest, step, sparsity, then each
-  /// tensor's mask in the serialized mask format (length-prefixed), then a checksum; all
-  /// integers little-endian.
+  /// Local: the masks and the schedule position as versioned, checksummed bytes for load(),
+  /// independent of the host.
   template <class Sync>
   [[nodiscard]] std::vector<std::byte> save(const Sync& sync) const {
     std::vector<std::byte> out;

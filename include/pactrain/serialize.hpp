@@ -96,10 +96,9 @@ std::vector<std::byte> serialize(const Mask& m) {
   return out;
 }
 
-/// Reads a mask written by serialize<Mask>. Throws pactrain::error on bad magic, unknown
-/// version, a different mask kind or block size, truncation or trailing bytes, a checksum
-/// mismatch, sizes that do not fit, unsorted or out-of-range indices, bits past the end,
-/// or a count that disagrees with the items.
+/// Reads a mask written by serialize<Mask>. Throws pactrain::error naming the first problem if
+/// the bytes are truncated, too long, corrupt, of another version, mask kind or block size, or
+/// too large for this host (every check: docs/ARCHITECTURE.md).
 template <gradient_mask Mask>
 Mask deserialize(std::span<const std::byte> in) {
   using detail::corrupt;

@@ -10,8 +10,8 @@
 // With a codec (codec/half_cast.hpp, codec/ternary.hpp) and optionally error feedback:
 //   pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator,
 //                  pactrain::ternary_codec, pactrain::error_feedback>
-//       sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout, pactrain::ternary_codec{{.seed =
-//       1}}};
+//       sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout,
+//            pactrain::ternary_codec{{.seed = 1}}};
 //
 // How a step runs, file by file: docs/ARCHITECTURE.md.
 #pragma once
@@ -36,21 +36,9 @@
 
 namespace pactrain {
 
-/// The sync engine over a param_layout. Template parameters: the mask representation, the
-/// compactor, the communicator, the codec (its value_type is the gradient type) and the
-/// feedback policy (no_feedback or error_feedback, feedback.hpp).
-///
-/// A step is one call, allreduce(grads), or three for a trainer that overlaps the sync with
-/// its backward pass: begin_step(grads); submit_bucket(b) as soon as bucket b's gradients are
-/// final; finish_step().
-///
-/// Collective calls (constructor, set_masks, reject_masks, set_strategies, load_state,
-/// allreduce, submit_bucket, finish_step) must be made by all ranks in the same order, with
-/// buckets submitted in the same order. Configuration calls include every rank's verdict in
-/// their collective: on bad input anywhere, every rank throws the same pactrain::error and
-/// nothing changes. Step calls check their arguments locally and add no round: when one rank
-/// rejects a call the others wait in their collective, so the caller must stop the job
-/// (e.g. MPI_Abort).
+/// The sync engine over a param_layout (Codec's value_type is the gradient type). Every rank
+/// makes the collective calls in the same order. Bad input fails configuration calls on every
+/// rank alike; step calls check only locally, so a rank that throws strands the rest: stop the job.
 template <gradient_mask Mask, class Compactor, communicator Comm,
           class Codec = identity_codec<float>, class Feedback = no_feedback>
 class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback> {
@@ -123,9 +111,8 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
     this->begin(tensors, "begin_step");
   }
 
-  /// Collective: bucket `b`'s gradients are final. Compacts and encodes them and starts its
-  /// allreduce, which proceeds while the caller computes. Under scale_source::current_max the
-  /// bucket's scale round starts now and its data at the next submit_bucket or finish_step.
+  /// Collective: bucket `b`'s gradients are final; starts its allreduce, which proceeds while
+  /// the caller computes. Every rank submits the same buckets in the same order.
   void submit_bucket(std::size_t b) { this->submit(b); }
 
   /// Collective: submits, in layout order, every bucket not yet submitted, waits for all
@@ -147,10 +134,11 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   /// Elements bucket b sends per step under its strategy: the codec's wire elements, or
   /// value_type entries for the identity codec and the plain strategies.
   using engine::wire_size;
-  /// Bytes bucket b would send per step under strategy s (what the planner weighs).
+  /// The engine's codec, compactor and communicator.
   using engine::codec;
   using engine::compactor;
   using engine::get_communicator;
+  /// Bytes bucket b would send per step under strategy s (what the planner weighs).
   using engine::wire_bytes;
   /// What the last step did on this rank, and totals since construction.
   using engine::stats;
@@ -165,15 +153,12 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   using engine::residuals;
 
   /// Local: what a resumed run needs besides masks and strategies (step counter, residuals,
-  /// previous_max's scales), in the format of detail/sync/state_format.hpp. Every rank saves
-  /// its own. Throws while a step is open.
+  /// previous_max's scales); every rank saves its own. Throws pactrain::error while a step is open.
   [[nodiscard]] std::vector<std::byte> save_state() const { return this->save(); }
 
-  /// Collective: restores save_state()'s bytes of this rank into an engine with the same
-  /// layout, masks, strategies, codec settings and rank count (call it after set_masks and
-  /// set_strategies, which reset the state). Corrupt or unfitting bytes on any rank, or step
-  /// counters or scales that differ across ranks: every rank throws the same error, nothing
-  /// changes.
+  /// Collective, after set_masks and set_strategies (which reset the state): restores this
+  /// rank's save_state(). Corrupt bytes, bytes saved under another layout, masks, strategies,
+  /// codec or rank count, or unequal steps or scales: every rank throws alike, nothing changes.
   void load_state(std::span<const std::byte> in) { this->load(in); }
 };
 

@@ -3,8 +3,9 @@
 //
 //   auto model = pactrain::calibrate(comm, {}, sync.compactor(), sync.codec());
 //   auto choices = pactrain::candidate_strategies(model, comm.size(),
-//   pactrain::bucket_shapes(sync)); pactrain::strategy_tuner tuner{choices};        // or a list of
-//   strategy vectors for (each step) {
+//                                                 pactrain::bucket_shapes(sync));
+//   pactrain::strategy_tuner tuner{choices};       // or a list of strategy vectors
+//   for (each step) {
 //     ... backward ...
 //     tuner.allreduce(sync, grads);  // collective; the first choices.size() * trials steps time
 //   }                                // the candidates in turn, then the fastest stays
@@ -32,10 +33,9 @@
 
 namespace pactrain {
 
-/// Chooses among `candidates` configurations by timing steps: the candidates take turns, one
-/// step each (0, 1, .., n-1, 0, 1, ..), until each has run `trials` steps; then the one with
-/// the lowest median time is kept (the first of equals). Interleaving spreads drift of the
-/// machine over all candidates alike.
+/// Chooses among `candidates` configurations by timing steps: they take turns, one step each
+/// (0, 1, .., n-1, 0, 1, ..), until each has run `trials`; the lowest median wins (the first of
+/// equals).
 class step_tuner {
  public:
   /// Throws pactrain::error for no candidates or trials < 1.
@@ -54,11 +54,9 @@ class step_tuner {
   /// The candidate to run this step: while tuning the next in turn, then the fastest.
   [[nodiscard]] std::size_t current() const noexcept { return tuning() ? step_ % n_ : best_; }
 
-  /// Collective while tuning (a MAX allreduce of one double): records that the step just run
-  /// with current() took `seconds` on this rank. Does nothing once tuning is over. A
-  /// negative or non-finite time throws pactrain::error before any communication and
-  /// changes nothing (as with the engine's step calls, the other ranks then wait in their
-  /// collective: stop the job).
+  /// Collective while tuning (one MAX allreduce of a double), then a no-op: the step just run
+  /// with current() took `seconds` here. A negative or non-finite time throws pactrain::error
+  /// before communicating and changes nothing (the other ranks then wait: stop the job).
   template <communicator Comm>
   void record(Comm& comm, double seconds) {
     if (!tuning()) return;
@@ -104,10 +102,9 @@ class step_tuner {
   std::vector<std::vector<double>> times_;
 };
 
-/// A step_tuner over a sync engine's strategies: each candidate is one strategy per bucket.
-/// Switching candidates goes through sync::set_strategies (collective, checked across ranks;
-/// outside the timed step), which resets error feedback's residuals: while tuning, residuals
-/// live one step. After tuning, the fastest candidate's strategies stay in force.
+/// A step_tuner over strategy vectors (one per bucket). Switching calls sync::set_strategies,
+/// outside the timed step, so error feedback's residuals live one step while tuning; once
+/// tuning ends the fastest candidate stays in force.
 class strategy_tuner {
  public:
   /// Throws pactrain::error for no candidates, trials < 1, or candidates of different
@@ -125,10 +122,9 @@ class strategy_tuner {
   explicit strategy_tuner(std::span<const strategy_choice> choices, int trials = 3)
       : strategy_tuner(strategies_of(choices), trials) {}
 
-  /// Collective: applies this step's candidate (set_strategies, only when it differs from
-  /// the engine's) and starts the clock. Then run the step: sync.allreduce, or begin_step,
-  /// submit_bucket and finish_step (the time then includes what the caller computes
-  /// between them, which is what overlap changes).
+  /// Collective: applies this step's candidate (set_strategies, only where it differs) and
+  /// starts the clock. Then run the step (sync.allreduce, or begin_step, submit_bucket and
+  /// finish_step, timed with what the caller computes between them), then end_step.
   template <class Sync>
   void begin_step(Sync& sync) {
     const auto& want = candidates_[tuner_.current()];

@@ -13,14 +13,9 @@
 
 namespace pactrain {
 
-/// Float gradients sent as 16-bit floats (Wire = half or bfloat16), rounded to nearest even
-/// once on encode; the communicator sums 16-bit values and decode multiplies the sum by 1/P
-/// in float. Linear up to rounding. Exact (equal to the float sum of the payloads times 1/P)
-/// when every payload value is representable in Wire and every partial sum the reduction
-/// forms is too (e.g. small dyadic values); otherwise each pairwise combine of the
-/// reduction rounds once, in an order the communicator chooses. Half sums beyond 65504
-/// become inf: fp16 suits gradients, not arbitrary data. Nothing is pre-divided by P, so
-/// small gradients keep their precision.
+/// Float gradients as 16-bit floats (Wire = half or bfloat16); decode returns the mean. Exact
+/// when every value and partial sum is representable in Wire, else each pairwise combine rounds
+/// once, in the communicator's order. Half sums beyond 65504 become inf.
 template <half_value Wire>
 struct cast_codec {
   using value_type = float;

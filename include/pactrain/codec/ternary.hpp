@@ -24,11 +24,9 @@
 
 namespace pactrain {
 
-/// Where a scaled codec's shared scale comes from.
-///   current_max   one small MAX allreduce of every bucket's max |g| before encoding;
-///   previous_max  the previous step's global max (reduced alongside this step's data, so no
-///                 extra round before encoding); the first step after construction or a
-///                 mask change falls back to current_max. Clipping is left to error feedback.
+/// A scaled codec's shared scale: current_max, this step's max |g| (one small MAX allreduce
+/// before encoding); previous_max, the last step's (no round before encoding; current_max on
+/// the first step after construction or a commit). Values above the scale clip.
 enum class scale_source : std::uint8_t { current_max, previous_max };
 
 inline const char* to_string(scale_source s) noexcept {
@@ -44,21 +42,9 @@ struct ternary_options {
   unsigned lane_bits = 0;
 };
 
-/// Ternary lanes with stochastic rounding (DESIGN: homomorphic ternary lanes).
-///
-/// Each payload value g becomes t in {-1, 0, +1} against the shared scale s: for |g| <= s,
-/// t = sign(g) with probability |g| / s, else 0, so E[s t] = g (up to s * 2^-24, the
-/// granularity of the random numbers); values beyond s clip to sign(g). The biased lane
-/// u = t + 1 in {0, 1, 2} is packed into b-bit lanes, b = ceil(log2(2P + 1)), floor(32 / b)
-/// lanes per uint32, so the integer SUM over P ranks keeps each lane in [0, 2P] < 2^b and
-/// never carries. Decode gives (lane - P) * (s / P), the mean of the ranks' s t.
-///
-/// Layout: n values take W = ceil(n / L) words, L lanes per word; value k lives in word
-/// k % W, lane k / W (planes of lanes, so encode and decode are contiguous loops). Unused
-/// lanes are zero on every rank.
-///
-/// Random numbers: a counter-based hash of (seed, rank, step, bucket, k), so a result
-/// depends on nothing else (not threads, not the order of calls).
+/// Stochastic ternary values in integer lanes that sum over P ranks without carrying: decode is
+/// an unbiased mean for |g| <= the shared scale s (beyond it, values clip to +-s). Results
+/// depend only on the seed, rank, step, bucket and entry, not on threads or call order.
 class ternary_codec {
  public:
   using value_type = float;
@@ -129,10 +115,9 @@ class ternary_codec {
     encode_with<residual_mode::set>("encode_residual", in, wire, residual, c);
   }
 
-  /// Error feedback's step in one pass: encodes x = in + residual and sets residual = x -
-  /// decode_local(wire), bit-identical to adding the residual into the payload and calling
-  /// encode_residual, without writing x anywhere. residual must have in.size() entries and
-  /// not overlap in.
+  /// Encodes x = in + residual and sets residual = x - decode_local(wire), bit-identical to
+  /// encode_residual on x, without writing x. Throws pactrain::error unless residual has
+  /// in.size() entries; residual must not overlap in.
   void encode_feedback(std::span<const float> in, std::span<std::uint32_t> wire,
                        std::span<float> residual, const codec_context& c) const {
     encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual, c);

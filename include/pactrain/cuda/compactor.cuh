@@ -64,10 +64,9 @@ class cuda_compactor {
  public:
   static constexpr memory_space memory = memory_space::device;
 
-  /// A compaction plan for one tensor, in device memory. Movable, not copyable.
-  ///   format bitmap   one bit per unit of unit() entries (1 for bitmap_mask, B for
-  ///                   block_mask<B>) plus the kept units before each 64-bit word;
-  ///   format indices  the kept indices (index_mask).
+  /// A compaction plan for one tensor, in device memory; movable, not copyable. Format bitmap:
+  /// one bit per unit() entries (B for block_mask<B>, else 1) and the kept units before each
+  /// word; format indices: the kept indices (index_mask).
   class plan_type {
    public:
     plan_type() = default;
@@ -102,9 +101,8 @@ class cuda_compactor {
     detail::device_buffer<std::uint64_t> indices_;
   };
 
-  /// Builds the plan of `mask` on `stream`: uploads its words or indices and scans the word
-  /// ranks with cub::DeviceScan. Does not synchronise; the host mask may be destroyed as soon
-  /// as this returns.
+  /// Builds the plan of `mask` on `stream`, ready for work queued after it there. Does not
+  /// synchronise; the host mask may be destroyed as soon as this returns.
   template <gradient_mask Mask>
   [[nodiscard]] plan_type make_plan(const Mask& mask, cuda::stream_ref stream = {}) const {
     plan_type p;
@@ -133,10 +131,8 @@ class cuda_compactor {
   }
 
   /// payload[k] = dense[k-th kept index], queued on `stream`; never synchronises. Throws
-  /// pactrain::error, launching nothing, unless dense.size() == plan.size(),
-  /// payload.size() == plan.count(), both are device memory and they do not overlap. A
-  /// payload of half or bfloat16 (for float gradients) stores each value rounded to nearest
-  /// even: the fp16/bf16 codecs' encode, fused.
+  /// pactrain::error, launching nothing, unless the sizes fit the plan and both buffers are
+  /// disjoint device memory. A half or bfloat16 payload gets each value rounded to nearest even.
   template <gradient_value T, class W>
   requires device_payload<W, T>
   void gather_async(const plan_type& plan, std::span<const T> dense, std::span<W> payload,
@@ -165,10 +161,9 @@ class cuda_compactor {
     PACTRAIN_CUDA_TRY(cudaGetLastError());
   }
 
-  /// dense[i] = scale * payload[rank(i)] at kept entries and +0 at pruned ones (every entry
-  /// of dense is written), queued on `stream`; never synchronises. Preconditions as for
-  /// gather_async. A half or bfloat16 payload is widened exactly before the multiply (the
-  /// fp16/bf16 codecs' decode, fused).
+  /// dense[i] = scale * payload[rank(i)] at kept entries, +0 at pruned ones (every entry is
+  /// written), queued on `stream`; never synchronises. Preconditions as for gather_async. A
+  /// half or bfloat16 payload is widened exactly before the multiply.
   template <gradient_value T, class W>
   requires device_payload<W, T>
   void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,

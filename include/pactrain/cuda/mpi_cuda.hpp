@@ -35,10 +35,9 @@
 
 namespace pactrain {
 
-/// How mpi_cuda_communicator hands device buffers to MPI.
-///   automatic  direct where the MPI library reports CUDA support, staged otherwise;
-///   direct     device pointers to MPI (the caller vouches for a CUDA-aware MPI);
-///   staged     through pinned host memory.
+/// How mpi_cuda_communicator hands device buffers to MPI: direct (device pointers; the caller
+/// vouches for a CUDA-aware MPI), staged (through pinned host memory), or automatic (direct
+/// where the MPI library reports CUDA support, staged otherwise).
 enum class mpi_device_transfer { automatic, direct, staged };
 
 /// True when this MPI library takes device pointers (asked at run time where the library

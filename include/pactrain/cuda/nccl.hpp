@@ -100,10 +100,9 @@ constexpr ncclRedOp_t nccl_op(reduce_op op) noexcept {
 
 namespace pactrain {
 
-/// Collectives over a borrowed ncclComm_t (see the top of this file). The user creates and
-/// destroys the NCCL communicator; it must outlive this object. Every rank must call the
-/// same collectives with the same sizes in the same order (NCCL's rule). Half and bfloat16
-/// are reduced by NCCL natively.
+/// Collectives over a borrowed ncclComm_t, which must outlive this object (see the top of this
+/// file). Every rank calls the same collectives with the same sizes in the same order (NCCL's
+/// rule); half and bfloat16 are reduced by NCCL natively.
 class nccl_communicator {
  public:
   /// A queued collective on a stream; wait() synchronises the stream. Destroying a request

@@ -67,15 +67,9 @@ concept stream_ordered_communicator = communicator<C> &&
   c.allreduce_async(d, reduce_op::sum, s);
 };
 
-/// The sync engine over device gradient buffers (see the top of this file). Same shape as
-/// the host engine: constructor, set_masks, reject_masks, set_strategies are collective and
-/// checked across ranks; allreduce takes the flat buffer of all tensors (device memory,
-/// layout().total_size() entries). Its stream is the last argument; allreduce_async never
-/// synchronises, allreduce synchronises the stream before returning.
-///
-/// Steps on different streams are ordered by the engine (the new stream waits for the
-/// previous step, without blocking the host). set_masks and set_strategies wait for the last
-/// step and build the new plans before returning. Not copyable or movable.
+/// The sync engine over device gradient buffers (see the top of this file), with the host
+/// engine's collective, cross-checked configuration calls. Steps on different streams run in
+/// call order without blocking the host. Not copyable or movable.
 template <gradient_mask Mask, communicator Comm, class Codec, class Feedback>
 class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
     : public detail::sync_core<sync<Mask, cuda_compactor, Comm, Codec, Feedback>, Mask,
@@ -122,9 +116,9 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
     if (step_event_ != nullptr) (void)cudaEventDestroy(step_event_);
   }
 
-  /// Collective: set_masks (which also rebuilds the plans on the device), reject_masks and
-  /// set_strategies, as on the host engine (sync.hpp); on bad input or disagreement on any
-  /// rank every rank throws the same pactrain::error and nothing changes.
+  /// Collective, as on the host engine (sync.hpp); set_masks and set_strategies wait for the
+  /// last step and build the new plans before returning. On bad input or disagreement on any
+  /// rank, every rank throws the same pactrain::error and nothing changes.
   using core::reject_masks;
   using core::set_masks;
   using core::set_strategies;

@@ -96,11 +96,9 @@ std::vector<Mask> masks_per_tensor(const param_layout& l, std::span<const T> w,
 
 }  // namespace detail
 
-/// A policy computes one mask per tensor of a layout from the flat weights:
-///   P::mask_type;
-///   p.compute(layout, weights, sparsity, prunable) -> std::vector<P::mask_type>
-/// Tensors whose prunable flag is false get full masks. Bad input (sizes, non-finite
-/// weights, a sparsity outside [0, 1]) throws pactrain::error.
+/// P::mask_type and p.compute(layout, weights, sparsity, prunable): one mask per tensor, full
+/// where prunable is false. Throws pactrain::error on bad sizes, non-finite prunable weights or
+/// a sparsity outside [0, 1].
 template <class P>
 concept pruning_policy = gradient_mask<typename P::mask_type> &&
     requires(const P& p, const param_layout& l, std::span<const float> w, double s,
@@ -111,8 +109,8 @@ concept pruning_policy = gradient_mask<typename P::mask_type> &&
 /// Whether magnitude policies rank entries within each tensor or across all prunable ones.
 enum class pruning_scope { per_tensor, global };
 
-/// Keeps the largest |w|: per tensor, pruned(size, s) entries of each prunable tensor; global,
-/// pruned(total prunable, s) entries across them, ranked by |w| then flat index.
+/// Prunes the smallest |w|: pruned(size, s) entries of each prunable tensor (per_tensor) or
+/// pruned(total prunable, s) across them (global), ranked by |w| then flat index.
 struct magnitude_pruning {
   using mask_type = bitmap_mask;
   pruning_scope scope = pruning_scope::per_tensor;
@@ -152,10 +150,9 @@ struct magnitude_pruning {
   }
 };
 
-/// N:M structured pruning along rows: in every group of M consecutive entries of a row, the
-/// N largest |w| are kept (ties by index). A row's last group of g < M entries keeps
-/// min(N, g). Tensors without a matrix shape are one row. The pattern is fixed: any
-/// sparsity > 0 applies it, sparsity 0 keeps everything (dense warm-up).
+/// N:M along rows (a tensor without a matrix shape is one row): each group of M keeps its N
+/// largest |w| (ties by index), a row's short last group of g keeps min(N, g). Any sparsity > 0
+/// applies this fixed pattern; 0 keeps everything (the dense warm-up).
 class nm_pruning {
  public:
   using mask_type = bitmap_mask;
@@ -198,7 +195,7 @@ class nm_pruning {
   std::size_t m_;
 };
 
-/// Keeps whole blocks of B entries with the largest mean |w| (a short last block is scored
+/// Prunes whole blocks of B entries with the smallest mean |w| (a short last block is scored
 /// by its own length): pruned(blocks, s) blocks of each prunable tensor.
 template <std::size_t B>
 struct block_magnitude_pruning {

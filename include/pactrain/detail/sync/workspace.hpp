@@ -13,11 +13,9 @@
 
 namespace pactrain::detail {
 
-/// Offsets into three workspaces, laid out bucket by bucket in layout order:
-///   payload   the kept entries of every tensor (value_type);
-///   codec in  the codec's input per bucket: its payload (sparse) or all its entries (dense),
-///             none for buckets that bypass the codec; error feedback keeps one residual each;
-///   wire      the codec's wire elements per bucket.
+/// Offsets into three workspaces, bucket by bucket in layout order: the payload (every tensor's
+/// kept entries), the codec input (a bucket's payload, sparse, or all its entries, dense; none
+/// where it bypasses the codec) and the wire (the codec's wire elements).
 struct workspace_layout {
   std::vector<std::size_t> tensor_payload;  // per tensor: its first payload entry
   std::vector<std::size_t> bucket_payload;  // per bucket + 1: payload entries before it
