@@ -14,6 +14,7 @@
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/agreement.hpp>
 #include <pactrain/detail/sync/core.hpp>
+#include <pactrain/detail/sync/host_buckets.hpp>
 #include <pactrain/detail/sync/host_step.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
@@ -213,9 +214,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     return scales_.needs_round(coded(b), current_.region(b).empty());
   }
 
-  std::span<value_type> tensor_payload(std::size_t i) {
-    return std::span<value_type>(payload_).subspan(this->workspace_.tensor_payload[i],
-                                                   this->plans_[i].count());
+  [[nodiscard]] host_buckets<Compactor, value_type> buckets() {
+    return {this->compactor_, this->layout_, this->plans_, this->workspace_, payload_};
   }
   std::span<wire_type> wire_of(std::size_t b) {
     return std::span<wire_type>(wire_).subspan(this->workspace_.wire[b],
@@ -229,34 +229,6 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
                          .scale = scales_.scale(b)};
   }
 
-  // The payload of sparse bucket b, gathered from the tensors.
-  std::span<value_type> gather_bucket(std::size_t b) {
-    const auto& bk = this->layout_.buckets()[b];
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      this->compactor_.gather(this->plans_[i], std::span<const value_type>(current_.view(i)),
-                              tensor_payload(i));
-    }
-    return std::span<value_type>(payload_).subspan(this->workspace_.bucket_payload[b],
-                                                   this->workspace_.payload_of(b));
-  }
-
-  // The dense strategies' region of bucket b: the caller's buffer when the bucket's tensors
-  // lie back to back, else a copy in the bucket's stretch of the dense workspace.
-  std::span<value_type> dense_region(std::size_t b) {
-    const auto& bk = this->layout_.buckets()[b];
-    if (bk.size == 0) return {};
-    auto region = current_.dense_workspace(b, bk.size);
-    if (region.empty())
-      return std::span<value_type>(current_.view(bk.first_tensor).data(), bk.size);
-    std::size_t at = 0;
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      const auto v = current_.view(i);
-      std::copy(v.begin(), v.end(), region.begin() + static_cast<std::ptrdiff_t>(at));
-      at += v.size();
-    }
-    return region;
-  }
-
   // First half of a submission: the bucket's codec input. A coded dense bucket has its
   // pruned entries zeroed, so they sway neither the scale nor the residuals. The scale comes
   // from the fresh gradient: a residual that counted would feed the scale and, through the
@@ -264,27 +236,13 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   void prepare(std::size_t b) {
     phase_timer t(current_.stats().gather_seconds);
     const bool sparse = is_sparse(this->strategies_[b]);
-    std::span<value_type> region = sparse ? gather_bucket(b) : dense_region(b);
+    const auto io = buckets();
+    std::span<value_type> region = sparse ? io.gather(b, current_) : io.dense_region(b, current_);
     if (coded(b)) {
-      if (!sparse) zero_pruned(b, region);
+      if (!sparse) io.zero_pruned(b, region);
       scales_.note_local(this->codec_, b, std::span<const value_type>(region));
     }
     current_.mark_submitted(b, region);
-  }
-
-  void zero_pruned(std::size_t b, std::span<value_type> region) {
-    const auto& bk = this->layout_.buckets()[b];
-    std::size_t at = 0;
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      const auto& plan = this->plans_[i];
-      if (plan.count() != plan.size()) {
-        auto part = region.subspan(at, plan.size());
-        this->compactor_.gather(plan, std::span<const value_type>(part), tensor_payload(i));
-        this->compactor_.scatter(plan, std::span<const value_type>(tensor_payload(i)), part,
-                                 value_type(1));
-      }
-      at += plan.size();
-    }
   }
 
   // Completes submit_bucket's scale rounds and sends those buckets.
@@ -344,50 +302,17 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
         current_.progress(k + 1);
       }
       phase_timer t(s.scatter_seconds);
-      if (plain(b)) {
-        expand_bucket(b, inv_p);
-      } else {
-        if (!current_.region(b).empty()) {
-          this->codec_.decode(std::span<const wire_type>(wire_of(b)), current_.region(b),
-                              context(b));
-        }
-        expand_bucket(b, value_type(1));  // decode gave the mean
+      const auto region = current_.region(b);
+      if (!plain(b) && !region.empty()) {
+        this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
       }
+      // Plain buckets hold the sum; decode gave the mean.
+      buckets().expand(b, is_sparse(this->strategies_[b]), region, current_,
+                       plain(b) ? inv_p : value_type(1));
     }
     scales_.finish_next(this->codec_, s);
     current_.close();
     this->end_step(s, current_.start());
-  }
-
-  // Writes the reduced bucket b back to the tensors, times scale, +0 at pruned entries.
-  void expand_bucket(std::size_t b, value_type scale) {
-    const auto& bk = this->layout_.buckets()[b];
-    const auto region = current_.region(b);
-    std::size_t at = 0;
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      const auto dst = current_.view(i);
-      if (is_sparse(this->strategies_[b])) {
-        this->compactor_.scatter(this->plans_[i], std::span<const value_type>(tensor_payload(i)),
-                                 dst, scale);
-      } else {
-        expand_dense(i, region.subspan(at, dst.size()), dst, scale);
-      }
-      at += dst.size();
-    }
-  }
-
-  // dst = scale * src at kept entries, +0 elsewhere; src is the reduced dense tensor (it may
-  // be dst itself).
-  void expand_dense(std::size_t i, std::span<value_type> src, std::span<value_type> dst,
-                    value_type scale) {
-    const auto& plan = this->plans_[i];
-    if (plan.count() == plan.size()) {
-      if (scale == value_type(1) && src.data() == dst.data()) return;  // already in place
-      for (std::size_t k = 0; k < dst.size(); ++k) dst[k] = src[k] * scale;
-      return;
-    }
-    this->compactor_.gather(plan, std::span<const value_type>(src), tensor_payload(i));
-    this->compactor_.scatter(plan, std::span<const value_type>(tensor_payload(i)), dst, scale);
   }
 
   huge_vector<value_type> payload_;   // workspaces on huge pages: streamed every step
