@@ -333,7 +333,10 @@ class block_mask {
     return block_mask(n, bitmap_mask(block_count(n), std::move(w)));
   }
 
-  static constexpr std::size_t block_count(std::size_t n) noexcept { return (n + B - 1) / B; }
+  /// ceil(n / B), without the overflow of n + B - 1.
+  static constexpr std::size_t block_count(std::size_t n) noexcept {
+    return n / B + (n % B != 0 ? 1 : 0);
+  }
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t count() const noexcept { return count_; }

@@ -30,6 +30,11 @@ namespace pactrain {
 
 inline constexpr std::uint32_t mask_format_version = 1;
 
+/// The largest size (entries) deserialize accepts by default: 2^36, a tensor of 256 GiB of
+/// floats. An index mask's bytes do not bound its size, yet digest() and mask_cast to a bitmap
+/// take time and memory in proportion to it.
+inline constexpr std::size_t default_max_mask_size = std::size_t{1} << 36;
+
 namespace detail {
 
 inline constexpr char mask_magic[8] = {'P', 'T', 'R', 'N', 'M', 'A', 'S', 'K'};
@@ -98,9 +103,10 @@ std::vector<std::byte> serialize(const Mask& m) {
 
 /// Reads a mask written by serialize<Mask>. Throws pactrain::error naming the first problem if
 /// the bytes are truncated, too long, corrupt, of another version, mask kind or block size, or
-/// too large for this host (every check: docs/ARCHITECTURE.md).
+/// claim more than `max_size` entries: pass the tensor's size where it is known (every check:
+/// docs/ARCHITECTURE.md).
 template <gradient_mask Mask>
-Mask deserialize(std::span<const std::byte> in) {
+Mask deserialize(std::span<const std::byte> in, std::size_t max_size = default_max_mask_size) {
   using detail::corrupt;
   if (in.size() < detail::mask_header_bytes + 8) {
     corrupt("truncated: " + std::to_string(in.size()) + " bytes is shorter than the header");
@@ -134,6 +140,10 @@ Mask deserialize(std::span<const std::byte> in) {
   const std::size_t body = detail::mask_header_bytes + 8 * static_cast<std::size_t>(n);
   if (detail::get_u64(in, body) != detail::checksum(in.first(body))) corrupt("checksum mismatch");
   if (size > std::numeric_limits<std::size_t>::max() / 2) corrupt("size does not fit");
+  if (size > max_size) {
+    corrupt("size " + std::to_string(size) + " exceeds the largest accepted, " +
+            std::to_string(max_size) + " entries");
+  }
   if (count > size) corrupt("count exceeds size");
 
   std::vector<std::uint64_t> items(static_cast<std::size_t>(n));

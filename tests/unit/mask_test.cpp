@@ -104,6 +104,11 @@ TEST_CASE("block_mask counts a short last block") {
   CHECK(m.test(9));
   CHECK_FALSE(m.test(4));
   CHECK_FALSE(m.test(10));
+  // ceil(n / B) where n + B - 1 would wrap around.
+  constexpr std::size_t big = (std::size_t{1} << 63) + 2;
+  static_assert(block_mask<big>::block_count(~std::size_t{0}) == 2);
+  static_assert(block_mask<big>::block_count(big) == 1);
+  static_assert(block_mask<4>::block_count(0) == 0 && block_mask<4>::block_count(9) == 3);
 }
 
 TEST_CASE("digests differ for different masks and sizes") {

@@ -174,3 +174,34 @@ TEST_CASE("block payloads are validated") {
   CHECK_THROWS_WITH_AS(deserialize<block_mask<8>>(good), doctest::Contains("block size 4 where 8"),
                        error);
 }
+
+TEST_CASE("a claimed size is bounded, by default and by the caller") {
+  // 56 bytes that claim an index mask of 2^62 entries, none kept: its digest would hash 2^56
+  // words and its bitmap would need 2^59 bytes.
+  bytes huge = serialize(index_mask::none(0));
+  REQUIRE(huge.size() == 56);
+  put(huge, 16, std::uint64_t{1} << 62);
+  reseal(huge);
+  CHECK_THROWS_WITH_AS(deserialize<index_mask>(huge),
+                       doctest::Contains("size 4611686018427387904 exceeds the largest accepted"),
+                       error);
+  // The default bound itself, and a bound of the caller's.
+  put(huge, 16, default_max_mask_size + 1);
+  reseal(huge);
+  CHECK_THROWS_WITH_AS(deserialize<index_mask>(huge), doctest::Contains("exceeds"), error);
+  put(huge, 16, default_max_mask_size);
+  reseal(huge);
+  CHECK(deserialize<index_mask>(huge).size() == default_max_mask_size);
+  const bytes small = serialize(index_mask(200, {3, 150}));
+  CHECK_THROWS_WITH_AS(deserialize<index_mask>(small, 199),
+                       doctest::Contains("size 200 exceeds the largest accepted, 199 entries"),
+                       error);
+  CHECK(deserialize<index_mask>(small, 200) == index_mask(200, {3, 150}));
+  // Bitmap and block masks: the bound applies alike, before the words are counted.
+  const bytes bits = serialize(test::random_mask(130, 0.5, 2));
+  CHECK_THROWS_WITH_AS(deserialize<bitmap_mask>(bits, 129), doctest::Contains("exceeds"), error);
+  CHECK(deserialize<bitmap_mask>(bits, 130).size() == 130);
+  const bytes blocks = serialize(block_mask<4>::full(10));
+  CHECK_THROWS_WITH_AS(deserialize<block_mask<4>>(blocks, 9), doctest::Contains("exceeds"), error);
+  CHECK(deserialize<block_mask<4>>(blocks, 10) == block_mask<4>::full(10));
+}
