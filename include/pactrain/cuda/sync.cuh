@@ -163,14 +163,22 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
   // The last step may still use the old plans and payload: let it finish, and let the new
   // plans be built, before the swap.
-  void install_workspace(const detail::workspace_layout& w) {
+  struct workspace_buffers {
+    detail::device_buffer<value_type> payload;
+    detail::device_buffer<wire_type> wire;
+  };
+  // May throw: runs before the agreement, so a failure reaches every rank.
+  workspace_buffers allocate_workspace(const detail::workspace_layout& w) {
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(last_));
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(home_));
-    detail::device_buffer<value_type> payload(w.payload_size(), home_);
-    detail::device_buffer<wire_type> wire(is_identity ? 0 : w.wire_size(), home_);
+    workspace_buffers n{detail::device_buffer<value_type>(w.payload_size(), home_),
+                        detail::device_buffer<wire_type>(is_identity ? 0 : w.wire_size(), home_)};
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(home_));  // the buffers exist for every stream
-    payload_ = std::move(payload);
-    wire_ = std::move(wire);
+    return n;
+  }
+  void install_workspace(workspace_buffers&& n) noexcept {
+    payload_ = std::move(n.payload);
+    wire_ = std::move(n.wire);
   }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }

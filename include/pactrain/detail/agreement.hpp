@@ -45,12 +45,12 @@ void check_commit_sizes(const param_layout& layout, const std::vector<Mask>& mas
 
 struct agreement_input {
   const param_layout* layout = nullptr;
-  std::span<const std::uint64_t> mask_digests;  // one per tensor; unused when local_error is set
-  std::uint64_t config_digest = 0;              // e.g. the bucket strategies
+  std::span<const std::uint64_t> mask_digests;    // one per tensor; unused when local_error is set
+  std::uint64_t config_digest = 0;                // e.g. the bucket strategies
   const char* config_name = "bucket strategies";  // what config_digest covers, for messages
-  std::uint64_t codec_digest = 0;               // the codec's settings
-  std::string local_error;                      // non-empty: this rank rejected its input
-  const char* operation = "";                   // for messages, e.g. "set_masks"
+  std::uint64_t codec_digest = 0;                 // the codec's settings
+  std::string local_error;                        // non-empty: this rank rejected its input
+  const char* operation = "";                     // for messages, e.g. "set_masks"
 };
 
 inline std::uint64_t tensor_digest(const tensor_info& t) {
@@ -136,7 +136,10 @@ void agree(Comm& comm, const agreement_input& in) {
     PACTRAIN_FAIL(op + ": layouts differ across ranks: bucket capacities differ");
   }
   if (!same(7)) PACTRAIN_FAIL(op + ": " + in.config_name + " differ across ranks");
-  if (!same(9)) PACTRAIN_FAIL(op + ": codec settings differ across ranks");
+  if (!same(9)) {
+    PACTRAIN_FAIL(op +
+                  ": codec settings differ across ranks (codec options, value type or feedback)");
+  }
 }
 
 }  // namespace pactrain::detail

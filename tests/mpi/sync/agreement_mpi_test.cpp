@@ -154,7 +154,10 @@ TEST_CASE_FIXTURE(fixture, "strategies and codec settings") {
   }
   SUBCASE("codec") {
     if (comm.rank() == last_rank) a.codec_digest = 8;
-    CHECK(run(a) == (several ? "pactrain: set_masks: codec settings differ across ranks" : ""));
+    CHECK(run(a) == (several ? "pactrain: set_masks: codec settings differ across ranks (codec "
+                               "options, value type or "
+                               "feedback)"
+                             : ""));
   }
   SUBCASE("a rank's error is reported before any difference") {
     if (comm.rank() == last_rank) a.codec_digest = 8;

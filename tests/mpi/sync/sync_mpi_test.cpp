@@ -13,6 +13,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,7 +90,59 @@ void check_exact(std::size_t capacity) {
   }
 }
 
+// A plain float codec whose wire, on a rank that sets `extra`, is too large for any vector:
+// its buffers cannot be built, after every check of the commit has passed.
+struct oversized_codec {
+  using value_type = float;
+  using wire_type = float;
+  static constexpr bool uses_scale = false;
+  static inline std::size_t extra = 0;
+
+  static std::size_t wire_size(std::size_t n, int) noexcept { return n + extra; }
+  static void validate(int) {}
+  static void encode(std::span<const float> in, std::span<float> wire, const codec_context&) {
+    std::copy(in.begin(), in.end(), wire.begin());
+  }
+  static void decode(std::span<const float> wire, std::span<float> out, const codec_context& c) {
+    for (std::size_t k = 0; k < out.size(); ++k) out[k] = wire[k] / static_cast<float>(c.size);
+  }
+  static void decode_local(std::span<const float> wire, std::span<float> out,
+                           const codec_context&) {
+    std::copy(wire.begin(), wire.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
+  }
+};
+
 }  // namespace
+
+template <>
+struct pactrain::codec_traits<oversized_codec> {
+  static constexpr bool is_linear = true;
+  static constexpr bool is_identity = false;
+};
+
+TEST_CASE("a commit whose buffers cannot be built on one rank changes nothing on any rank") {
+  const auto l = test_layout();
+  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, oversized_codec> s{
+      mpi_communicator{MPI_COMM_WORLD}, l, oversized_codec{}};
+  const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 3);
+  s.set_masks(masks);
+  const auto strategies = s.strategies();
+  const int culprit = world_size() - 1;
+  // More wire elements than a vector can hold: std::length_error before any allocation.
+  if (world_rank() == culprit) oversized_codec::extra = std::size_t{1} << 61;
+  const std::string msg = error_of([&] { s.set_masks(test::masks_for<bitmap_mask>(l, 0.25, 4)); });
+  oversized_codec::extra = 0;
+  CHECK(same_everywhere(msg));
+  CHECK(msg.find("set_masks rejected on rank " + std::to_string(culprit) + ": ") !=
+        std::string::npos);
+  CHECK(s.masks() == masks);
+  CHECK(s.strategies() == strategies);
+  // Every rank is still on the old state, buffers included: the next step is exact.
+  auto g = test::values<float>(l.total_size(), 6, world_rank());
+  const auto want = reference(l, masks, g);
+  s.allreduce(std::span<float>(g));
+  CHECK(bad_entries(g, want) == 0);
+}
 
 TEST_CASE("mpi_communicator collectives") {
   mpi_communicator c{MPI_COMM_WORLD};

@@ -139,9 +139,9 @@ class sync_core {
     PACTRAIN_FAIL(std::string(op) + ": rejected");  // not reached: agree throws
   }
 
-  // Collective: checks locally, agrees across ranks (every rank's verdict is part of the
-  // round, so all ranks throw together), then installs the engine's buffers and the new
-  // state. A failure before the agreement changes nothing on any rank.
+  // Collective: checks and builds everything new locally, agrees across ranks (every rank's
+  // verdict is part of the round, so all ranks throw together), then installs it with moves
+  // that cannot throw. A failure on any rank leaves every rank on the old state.
   void commit(std::vector<Mask> masks, std::vector<bucket_strategy> strategies, const char* op) {
     agreement_input in;
     in.layout = &layout_;
@@ -149,6 +149,7 @@ class sync_core {
     std::vector<std::uint64_t> digests;
     std::vector<plan_type> plans;
     workspace_layout w;
+    typename Engine::workspace_buffers buffers;
     try {
       engine().check_commit(op);
       check_commit_sizes(layout_, masks, strategies.size());
@@ -172,6 +173,7 @@ class sync_core {
           layout_, strategies, [&](std::size_t i) { return plans[i].count(); },
           [](bucket_strategy s) { return !is_identity && !is_plain(s); },
           [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); });
+      buffers = engine().allocate_workspace(w);
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();
     }
@@ -180,8 +182,8 @@ class sync_core {
     in.mask_digests = digests;
     agree(comm_, in);
 
-    // Everyone agrees: let the engine allocate the workspaces, then install.
-    engine().install_workspace(w);
+    // Everyone agrees, and everything new exists: install it without a throw.
+    engine().install_workspace(std::move(buffers));
     masks_ = std::move(masks);
     mask_digests_ = std::move(digests);
     plans_ = std::move(plans);
@@ -194,9 +196,13 @@ class sync_core {
     for (const auto s : strategies) d.add(s.code());
     return d.value();
   }
+  // The codec's settings, the value type and the feedback policy: engines that differ in any
+  // of them would sum different wire formats or keep different state.
   [[nodiscard]] std::uint64_t codec_digest() const {
-    if constexpr (requires { codec_.digest(); }) return codec_.digest();
-    return 0;
+    digest_builder d(0x636f6463);  // "codc"
+    d.add(std::uint64_t{sizeof(value_type)}).add(std::uint64_t{feedback});
+    if constexpr (requires { codec_.digest(); }) d.add(codec_.digest());
+    return d.value();
   }
 
   // The statistics of a step about to run, and their hand-over once it has.

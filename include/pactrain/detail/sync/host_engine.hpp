@@ -171,19 +171,30 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
                          " needs a communicator that can sum the codec's value_type");
   }
   plan_type build_plan(const Mask& m) const { return this->compactor_.make_plan(m); }
-  // Residuals restart at zero, and the previous step's scales no longer describe the buckets.
-  void install_workspace(const workspace_layout& w) {
-    huge_vector<value_type> payload(w.payload_size(), value_type(0));
+  // A commit's new buffers: residuals restart at zero, and the previous step's scales no
+  // longer describe the buckets.
+  struct workspace_buffers {
+    huge_vector<value_type> payload;
     huge_vector<wire_type> wire;
     huge_vector<value_type> residual;
+    scale_exchange<Codec, Comm> scales;
+  };
+  // May throw: runs before the agreement, so a failure reaches every rank.
+  [[nodiscard]] workspace_buffers allocate_workspace(const workspace_layout& w) const {
+    workspace_buffers n;
+    n.payload.assign(w.payload_size(), value_type(0));
     if constexpr (!is_identity) {
-      wire.assign(w.wire_size(), wire_type{});
-      if constexpr (feedback) residual.assign(w.codec_input_size(), value_type(0));
+      n.wire.assign(w.wire_size(), wire_type{});
+      if constexpr (feedback) n.residual.assign(w.codec_input_size(), value_type(0));
+      n.scales.reset(w.buckets());
     }
-    payload_ = std::move(payload);
-    wire_ = std::move(wire);
-    residual_ = std::move(residual);
-    if constexpr (!is_identity) scales_.reset(w.buckets());
+    return n;
+  }
+  void install_workspace(workspace_buffers&& n) noexcept {
+    payload_ = std::move(n.payload);
+    wire_ = std::move(n.wire);
+    residual_ = std::move(n.residual);
+    if constexpr (!is_identity) scales_ = std::move(n.scales);
   }
 
   // What the saved state must have been saved with: layout, masks, strategies, codec

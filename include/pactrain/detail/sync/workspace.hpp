@@ -64,7 +64,10 @@ struct workspace_layout {
       const std::size_t in =
           !coded(strategies[b]) ? 0 : (is_sparse(strategies[b]) ? payload : bk.size);
       w.codec_input[b + 1] = w.codec_input[b] + in;
-      w.wire[b + 1] = w.wire[b] + (in == 0 ? 0 : wire_size(in));
+      const std::size_t elements = in == 0 ? 0 : wire_size(in);
+      PACTRAIN_EXPECTS(elements <= static_cast<std::size_t>(-1) - w.wire[b],
+                       "workspace: the codec's wire elements overflow size_t");
+      w.wire[b + 1] = w.wire[b] + elements;
     }
     return w;
   }
