@@ -27,8 +27,8 @@ using test::same_bits;
 using test::world_rank;
 using test::world_size;
 
-using engine = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec,
-                              error_feedback>;
+using engine =
+    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>;
 
 param_layout layout() {
   param_layout l(2500);
@@ -36,8 +36,11 @@ param_layout layout() {
   return l;
 }
 
-engine make_engine(const param_layout& l) {
-  engine e{mpi_communicator{MPI_COMM_WORLD}, l, {}, {},
+engine make_engine(const param_layout& l, MPI_Comm comm = MPI_COMM_WORLD) {
+  engine e{mpi_communicator{comm},
+           l,
+           {},
+           {},
            ternary_codec{{.seed = 12, .scale = scale_source::previous_max}}};
   e.set_masks(test::masks_for<bitmap_mask>(l, 0.25, 3));
   return e;
@@ -107,4 +110,30 @@ TEST_CASE("one rank's bad bytes, or different steps, fail on every rank and chan
   if (world_rank() == bad) a.set_step(2);
   b.load_state(a.save_state());
   CHECK(same_step(a, b, l, 7));
+}
+
+TEST_CASE("a rank's state loads on that rank only, and in a job of the same size") {
+  const auto l = layout();
+  auto a = trained(l, 2);
+  auto b = make_engine(l);
+  const auto before = b.save_state();
+  if (world_size() > 1) {
+    // Every rank loads rank 0's bytes: every rank but 0 refuses them, the highest reports.
+    auto bytes = a.save_state();
+    MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+    const std::string last = std::to_string(world_size() - 1);
+    CHECK(error_of([&] { b.load_state(bytes); }) ==
+          "pactrain: load_state rejected on rank " + last +
+              ": state rejected: saved by rank 0, this is rank " + last +
+              " (each rank loads the state it saved)");
+    CHECK(b.save_state() == before);
+    // A one-rank job's bytes, same layout and masks.
+    auto solo = make_engine(l, MPI_COMM_SELF);
+    const std::string msg = error_of([&] { b.load_state(solo.save_state()); });
+    CHECK(msg.find("state rejected: saved by a job of 1 ranks, this one has " +
+                   std::to_string(world_size())) != std::string::npos);
+    CHECK(b.save_state() == before);
+  }
+  b.load_state(a.save_state());
+  CHECK(same_step(a, b, l, 5));
 }

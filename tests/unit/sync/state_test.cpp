@@ -17,8 +17,8 @@ using namespace pactrain;
 
 namespace {
 
-using ternary_fb = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator,
-                                  ternary_codec, error_feedback>;
+using ternary_fb = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec,
+                                  error_feedback>;
 
 param_layout state_layout() {
   param_layout l(3000);
@@ -88,7 +88,7 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
     a.allreduce(std::span<float>(g));
   }
   const auto good = a.save_state();
-  REQUIRE(good.size() == 56 + 4 * a.residuals().size() + 4 * l.buckets().size() + 8);
+  REQUIRE(good.size() == 64 + 4 * a.residuals().size() + 4 * l.buckets().size() + 8);
 
   ternary_fb b{loopback_communicator{}, l, {}, {}, c};
   b.set_masks(masks);
@@ -111,11 +111,17 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
   magic[0] = std::byte{'X'};
   refused(magic, "bad magic");
   auto version = good;
-  version[8] = std::byte{2};
-  refused(version, "unsupported format version 2");
+  version[8] = std::byte{3};
+  refused(version, "unsupported format version 3");
+  auto old_version = good;
+  old_version[8] = std::byte{1};
+  refused(old_version, "unsupported format version 1 (it does not record the saving rank)");
   auto flipped = good;
-  flipped[60] ^= std::byte{1};  // a residual bit
+  flipped[70] ^= std::byte{1};  // a residual bit
   refused(flipped, "checksum mismatch");
+  auto rank = good;
+  rank[56] ^= std::byte{1};  // the saving rank: caught by the checksum first
+  refused(rank, "checksum mismatch");
   auto count = good;
   count[40] = std::byte{0xff};  // residual count far beyond the bytes
   refused(count, "does not match");
@@ -147,7 +153,7 @@ TEST_CASE("state of engines without feedback or codec: the step counter") {
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
   s.set_step(77);
   const auto bytes = s.save_state();
-  CHECK(bytes.size() == 64);  // header and checksum: no residuals, no scales
+  CHECK(bytes.size() == 72);  // header and checksum: no residuals, no scales
   pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> t{loopback_communicator{}, l};
   t.load_state(bytes);
   CHECK(t.step() == 77);

@@ -128,7 +128,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
 
   [[nodiscard]] std::vector<std::byte> save() const {
     current_.check_closed("save_state");
-    return state_format<value_type>::write(fit_digest(), this->step_, scales_.ready(), residual_,
+    return state_format<value_type>::write(fit_digest(), this->comm_.rank(), this->comm_.size(),
+                                           this->step_, scales_.ready(), residual_,
                                            scales_.previous());
   }
 
@@ -140,8 +141,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     a.config_name = "strategies, step counters or scales";
     try {
       current_.check_closed("load_state");
-      st = state_format<value_type>::read(in, fit_digest(), residual_.size(),
-                                          scales_.previous().size());
+      st = state_format<value_type>::read(in, fit_digest(), this->comm_.rank(), this->comm_.size(),
+                                          residual_.size(), scales_.previous().size());
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       a.local_error = e.what();
     }

@@ -1,8 +1,9 @@
 // The byte format of sync::save_state and load_state. Integers little-endian:
 //   "PTRNSYNC", version (u32), bytes per value (u32), fit digest (u64: layout, masks,
 //   strategies, codec settings and rank count), step (u64), flags (u64, bit 0: the scales
-//   are valid), residual count r (u64), scale count s (u64), r values, s floats (u32 bits),
-//   checksum (u64) of everything before it.
+//   are valid), residual count r (u64), scale count s (u64), the saving rank (u32) and rank
+//   count (u32), r values, s floats (u32 bits), checksum (u64) of everything before it.
+// Version 1 had no rank fields; its bytes are refused (they could be another rank's).
 #pragma once
 
 #include <pactrain/error.hpp>
@@ -41,11 +42,12 @@ class state_format {
 
  public:
   static constexpr char magic[9] = "PTRNSYNC";
-  static constexpr std::uint32_t version = 1;
-  static constexpr std::size_t header_bytes = 56;
+  static constexpr std::uint32_t version = 2;
+  static constexpr std::size_t header_bytes = 64;
 
-  [[nodiscard]] static std::vector<std::byte> write(std::uint64_t fit, std::uint64_t step,
-                                                    bool scales_ready, std::span<const T> residuals,
+  [[nodiscard]] static std::vector<std::byte> write(std::uint64_t fit, int rank, int ranks,
+                                                    std::uint64_t step, bool scales_ready,
+                                                    std::span<const T> residuals,
                                                     std::span<const float> scales) {
     std::vector<std::byte> out;
     out.reserve(header_bytes + residuals.size_bytes() + scales.size_bytes() + 8);
@@ -57,22 +59,27 @@ class state_format {
     put_u64(out, scales_ready ? 1 : 0);
     put_u64(out, residuals.size());
     put_u64(out, scales.size());
+    put_u32(out, static_cast<std::uint32_t>(rank));
+    put_u32(out, static_cast<std::uint32_t>(ranks));
     for (const T r : residuals) put_value(out, r);
     for (const float f : scales) put_u32(out, std::bit_cast<std::uint32_t>(f));
     put_u64(out, checksum(out));
     return out;
   }
 
-  /// Parses `in`, checking it against what the engine holds: its fit digest and the sizes of
-  /// its residuals and scales. Throws pactrain::error naming the first problem.
+  /// Parses `in`, checking it against what the engine holds: its fit digest, its rank and
+  /// rank count, and the sizes of its residuals and scales. Throws pactrain::error naming the
+  /// first problem.
   [[nodiscard]] static engine_state<T> read(std::span<const std::byte> in, std::uint64_t fit,
-                                            std::size_t residuals, std::size_t scales) {
+                                            int rank, int ranks, std::size_t residuals,
+                                            std::size_t scales) {
     const std::string what = "state rejected: ";
     PACTRAIN_EXPECTS(in.size() >= header_bytes + 8,
                      what + "truncated: " + std::to_string(in.size()) + " bytes");
     PACTRAIN_EXPECTS(std::memcmp(in.data(), magic, 8) == 0, what + "bad magic");
     const std::uint32_t v = get_u32(in, 8);
-    PACTRAIN_EXPECTS(v == version, what + "unsupported format version " + std::to_string(v));
+    PACTRAIN_EXPECTS(v == version, what + "unsupported format version " + std::to_string(v) +
+                                       (v == 1 ? " (it does not record the saving rank)" : ""));
     const std::uint64_t r = get_u64(in, 40);
     const std::uint64_t s = get_u64(in, 48);
     const std::uint64_t room = (in.size() - header_bytes - 8);
@@ -86,6 +93,14 @@ class state_format {
     PACTRAIN_EXPECTS(get_u32(in, 12) == sizeof(T),
                      what + "values of " + std::to_string(get_u32(in, 12)) +
                          " bytes, this engine's have " + std::to_string(sizeof(T)));
+    const std::uint32_t saved_rank = get_u32(in, 56);
+    const std::uint32_t saved_ranks = get_u32(in, 60);
+    PACTRAIN_EXPECTS(saved_ranks == static_cast<std::uint32_t>(ranks),
+                     what + "saved by a job of " + std::to_string(saved_ranks) +
+                         " ranks, this one has " + std::to_string(ranks));
+    PACTRAIN_EXPECTS(saved_rank == static_cast<std::uint32_t>(rank),
+                     what + "saved by rank " + std::to_string(saved_rank) + ", this is rank " +
+                         std::to_string(rank) + " (each rank loads the state it saved)");
     PACTRAIN_EXPECTS(get_u64(in, 16) == fit,
                      what +
                          "saved with other masks, strategies, codec settings, layout or "
