@@ -71,7 +71,8 @@ inline constexpr std::uint32_t checkpoint_format_version = 1;
 
 /// Drives a sync engine's masks through a schedule: call step() on every rank once per training
 /// step, after the optimizer step. save() and load() checkpoint the masks and the schedule
-/// position, so that a resumed run continues with bit-identical masks.
+/// position, so that a resumed run continues with bit-identical masks. Every rank must hold the
+/// same schedule, mask source and prunable flags; the first step() and every load() check it.
 template <pruning_policy Policy, pruning_schedule Schedule>
 class pruner {
  public:
@@ -87,13 +88,20 @@ class pruner {
     schedule_.validate();
   }
 
-  /// Collective on update steps: commits the masks for the schedule's sparsity from `weights`
-  /// (laid out by sync.layout()) and returns true. A failure on any rank throws on every rank
-  /// and leaves the old masks and the step count in force.
+  /// Collective on update steps and on the first call (which checks that every rank holds the
+  /// same schedule, mask source, prunable flags and step): commits the masks for the
+  /// schedule's sparsity from `weights` (laid out by sync.layout()) and returns true. A
+  /// failure on any rank throws on every rank and leaves the old masks and the step count.
   template <class Sync, gradient_value T>
   bool step(Sync& sync, std::span<const T> weights) {
     static_assert(std::is_same_v<typename Sync::mask_type, mask_type>,
                   "pruner::step: the sync engine's Mask must be the policy's mask_type");
+    if (!agreed_) {
+      std::vector<std::uint64_t> digests;
+      for (const auto& m : sync.masks()) digests.push_back(m.digest());
+      agree_position(sync, step_, sparsity_, digests, {}, "pruner::step");
+      agreed_ = true;
+    }
     const std::uint64_t t = step_;
     if (!schedule_.is_update_step(t)) {
       ++step_;
@@ -149,26 +157,28 @@ class pruner {
   }
 
   /// Collective: restores masks and schedule position from save(). A checkpoint that is
-  /// corrupt or does not fit sync.layout() throws pactrain::error on every rank and changes
+  /// corrupt or does not fit sync.layout() on any rank, or checkpoints of different steps,
+  /// masks or pruner settings across ranks, throw pactrain::error on every rank and change
   /// nothing.
   template <class Sync>
   void load(Sync& sync, std::span<const std::byte> in) {
     std::vector<mask_type> masks;
+    std::vector<std::uint64_t> digests;
     std::uint64_t step = 0;
     double sparsity = 0;
     std::string failure;
     try {
       parse(sync.layout(), in, masks, step, sparsity);
-    } catch (const std::exception& e) {
+      digests.reserve(masks.size());
+      for (const auto& m : masks) digests.push_back(m.digest());
+    } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       failure = e.what();
     }
-    if (!failure.empty()) {
-      sync.reject_masks(std::move(failure));
-      return;  // not reached: reject_masks throws
-    }
+    agree_position(sync, step, sparsity, digests, std::move(failure), "pruner::load");
     sync.set_masks(std::move(masks));
     step_ = step;
     sparsity_ = sparsity;
+    agreed_ = true;
   }
 
  private:
@@ -246,12 +256,35 @@ class pruner {
     PACTRAIN_EXPECTS(at == body, what + "trailing bytes");
   }
 
+  // Collective: every rank's verdict, and its settings, position and masks, in one agreement
+  // round; throws the same pactrain::error on every rank unless all agree.
+  template <class Sync>
+  void agree_position(Sync& sync, std::uint64_t step, double sparsity,
+                      std::span<const std::uint64_t> mask_digests, std::string failure,
+                      const char* op) const {
+    digest_builder d(0x7072756e);  // "prun"
+    d.add(static_cast<std::uint64_t>(source_))
+        .add(step)
+        .add(std::bit_cast<std::uint64_t>(sparsity));
+    for (const bool p : prunable_) d.add(std::uint64_t{p});
+    if constexpr (requires { schedule_.digest(); }) d.add(schedule_.digest());
+    detail::agreement_input in;
+    in.layout = &sync.layout();
+    in.operation = op;
+    in.config_name = "pruner steps, schedules, mask sources or prunable flags";
+    in.config_digest = d.value();
+    in.mask_digests = mask_digests;
+    in.local_error = std::move(failure);
+    detail::agree(sync.get_communicator(), in);
+  }
+
   Policy policy_;
   Schedule schedule_;
   std::vector<bool> prunable_;
   mask_source source_;
   std::uint64_t step_ = 0;
   double sparsity_ = 0.0;
+  bool agreed_ = false;  // settings and position checked across ranks
 };
 
 /// One flag per tensor: true for tensors with a matrix shape (weights), false for 1-D ones

@@ -1,9 +1,11 @@
 // Pruning schedules: when masks change and to what sparsity, by training step.
 #pragma once
 
+#include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/pruning/policies.hpp>  // pruned_count checks a sparsity
 
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -13,6 +15,7 @@
 namespace pactrain {
 
 /// When masks change (is_update_step) and to what sparsity (sparsity_at), by training step.
+/// A schedule may give digest(), a hash of its settings, which the pruner compares across ranks.
 template <class S>
 concept pruning_schedule = requires(const S& s, std::uint64_t t) {
   { s.sparsity_at(t) } -> std::convertible_to<double>;
@@ -30,6 +33,9 @@ struct one_shot_schedule {
     return t < step ? 0.0 : sparsity;
   }
   [[nodiscard]] bool is_update_step(std::uint64_t t) const noexcept { return t == step; }
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    return digest_builder(0x6f6e6573).add(step).add(std::bit_cast<std::uint64_t>(sparsity)).value();
+  }
 };
 
 /// Gradual pruning (Zhu & Gupta, 2017): dense warm-up for steps < start_step, then
@@ -59,6 +65,15 @@ struct gradual_schedule {
   [[nodiscard]] bool is_update_step(std::uint64_t t) const noexcept {
     return t >= start_step && (t - start_step) % interval == 0 &&
            (t - start_step) / interval <= updates;
+  }
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    return digest_builder(0x67726164)  // "grad"
+        .add(std::bit_cast<std::uint64_t>(initial_sparsity))
+        .add(std::bit_cast<std::uint64_t>(final_sparsity))
+        .add(start_step)
+        .add(interval)
+        .add(updates)
+        .value();
   }
 };
 

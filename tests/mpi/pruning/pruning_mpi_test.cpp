@@ -159,3 +159,61 @@ TEST_CASE("a checkpoint saved on every rank resumes on every rank") {
   CHECK(msg.find("checksum mismatch") != std::string::npos);
   CHECK(b.masks() == a.masks());
 }
+
+TEST_CASE("checkpoints of different steps fail on every rank and change nothing") {
+  const auto l = model();
+  const auto sched =
+      gradual_schedule{.final_sparsity = 0.8, .start_step = 1, .interval = 2, .updates = 3};
+  mpi_sync a{mpi_communicator{MPI_COMM_WORLD}, l};
+  pruner pa{magnitude_pruning{}, sched, matrix_tensors(l)};
+  auto w = test::values<float>(l.total_size(), 1);
+  train(a, pa, w, 8);  // the last update is at step 7: the masks are final from here
+  const auto at8 = pa.save(a);
+  train(a, pa, w, 2);
+  const auto at10 = pa.save(a);
+  mpi_sync b{mpi_communicator{MPI_COMM_WORLD}, l};
+  pruner pb{magnitude_pruning{}, sched, matrix_tensors(l)};
+  const auto masks = b.masks();
+  if (world_size() > 1) {
+    // Same masks, other steps: before, the ranks went on to different update steps and hung.
+    const std::string msg =
+        error_of([&] { pb.load(b, world_rank() == world_size() - 1 ? at10 : at8); });
+    CHECK(same_text_everywhere(msg));
+    CHECK(msg ==
+          "pactrain: pruner::load: pruner steps, schedules, mask sources or prunable flags "
+          "differ across ranks");
+    CHECK(b.masks() == masks);
+    CHECK(pb.current_step() == 0);
+  }
+  pb.load(b, at10);
+  CHECK(pb.current_step() == 10);
+  CHECK(b.masks() == a.masks());
+}
+
+TEST_CASE("pruners with different schedules or mask sources fail at their first step") {
+  const auto l = model();
+  const bool last = world_rank() == world_size() - 1;
+  const auto w = test::values<float>(l.total_size(), 1);
+  {
+    mpi_sync s{mpi_communicator{MPI_COMM_WORLD}, l};
+    const auto sched = gradual_schedule{
+        .final_sparsity = 0.8, .start_step = 1, .interval = last ? 3u : 2u, .updates = 3};
+    pruner p{magnitude_pruning{}, sched, matrix_tensors(l)};
+    const std::string msg = error_of([&] { p.step(s, std::span<const float>(w)); });
+    CHECK(same_text_everywhere(msg));
+    CHECK(msg == (world_size() > 1 ? "pactrain: pruner::step: pruner steps, schedules, mask "
+                                     "sources or prunable flags differ across ranks"
+                                   : ""));
+    CHECK(p.current_step() == (world_size() > 1 ? 0u : 1u));
+  }
+  {
+    mpi_sync s{mpi_communicator{MPI_COMM_WORLD}, l};
+    pruner p{magnitude_pruning{}, one_shot_schedule{.step = 0, .sparsity = 0.5}, matrix_tensors(l),
+             last ? mask_source::root_broadcast : mask_source::local};
+    const auto masks = s.masks();
+    const std::string msg = error_of([&] { p.step(s, std::span<const float>(w)); });
+    CHECK(same_text_everywhere(msg));
+    CHECK((msg.find("differ across ranks") != std::string::npos) == (world_size() > 1));
+    if (world_size() > 1) CHECK(s.masks() == masks);
+  }
+}
