@@ -50,26 +50,28 @@ concept compactor_for = gradient_mask<Mask> &&
 namespace detail {
 
 /// The preconditions of every compactor's gather and scatter: buffer sizes matching the plan,
-/// no null buffer with a nonzero size, no overlap. Throws pactrain::error naming `where`.
+/// no null buffer with a nonzero size, no overlap. Throws pactrain::error naming
+/// `component::op`; the message is built only then, so a check that passes allocates nothing.
 template <class T, class W>
-void check_compaction_buffers(const std::string& where, std::size_t plan_size,
+void check_compaction_buffers(const char* component, const char* op, std::size_t plan_size,
                               std::size_t plan_count, const T* dense, std::size_t dense_size,
                               const W* payload, std::size_t payload_size) {
-  PACTRAIN_EXPECTS(dense_size == plan_size, where + "dense buffer has " +
+  const auto where = [&] { return std::string(component) + "::" + op + ": "; };
+  PACTRAIN_EXPECTS(dense_size == plan_size, where() + "dense buffer has " +
                                                 std::to_string(dense_size) + " entries, the plan " +
                                                 std::to_string(plan_size));
   PACTRAIN_EXPECTS(payload_size == plan_count,
-                   where + "payload buffer has " + std::to_string(payload_size) +
+                   where() + "payload buffer has " + std::to_string(payload_size) +
                        " entries, the plan keeps " + std::to_string(plan_count));
-  PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where + "null dense buffer");
-  PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where + "null payload buffer");
+  PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where() + "null dense buffer");
+  PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where() + "null payload buffer");
   if (dense_size != 0 && payload_size != 0) {
     // As bytes: the payload may hold another type than the dense tensor (device codecs).
     const auto* d = reinterpret_cast<const std::byte*>(dense);
     const auto* p = reinterpret_cast<const std::byte*>(payload);
     const std::less<const std::byte*> lt;
     const bool apart = !lt(d, p + payload_size * sizeof(W)) || !lt(p, d + dense_size * sizeof(T));
-    PACTRAIN_EXPECTS(apart, where + "dense and payload buffers overlap");
+    PACTRAIN_EXPECTS(apart, where() + "dense and payload buffers overlap");
   }
 }
 
@@ -295,9 +297,7 @@ class host_compactor {
         std::fill(out + pos, out + plan.size_, T(0));
         break;
       }
-      case plan_format::bitmap:
-        scatter_bitmap(plan, p, out, scale);
-        break;
+      case plan_format::bitmap: scatter_bitmap(plan, p, out, scale); break;
       case plan_format::automatic: break;
     }
   }
@@ -321,8 +321,7 @@ class host_compactor {
   }
   template <class T>
   [[nodiscard]] bool streams(const plan_type& plan, const T* out) const noexcept {
-    return streams_bytes(plan.size_ * sizeof(T)) &&
-           reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+    return streams_bytes(plan.size_ * sizeof(T)) && reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   }
 
   // Scatter over plan.words_ (a bitmap plan, or an indices plan that kept its words).
@@ -361,8 +360,8 @@ class host_compactor {
   template <class T>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
                             const T* payload, std::size_t payload_size, const char* op) {
-    detail::check_compaction_buffers(std::string("host_compactor::") + op + ": ", plan.size_,
-                                     plan.count_, dense, dense_size, payload, payload_size);
+    detail::check_compaction_buffers("host_compactor", op, plan.size_, plan.count_, dense,
+                                     dense_size, payload, payload_size);
   }
 
   options opt_;

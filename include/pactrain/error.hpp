@@ -46,6 +46,8 @@ namespace detail {
 }  // namespace pactrain
 
 /// Throws pactrain::error with `msg` (anything convertible to std::string) unless `cond`.
+/// `msg` is evaluated only when `cond` fails: a message built by concatenation costs nothing,
+/// and allocates nothing, where the check passes.
 #define PACTRAIN_EXPECTS(cond, msg)             \
   do {                                          \
     if (!(cond)) ::pactrain::detail::fail(msg); \

@@ -138,7 +138,8 @@ class cuda_compactor {
   void gather_async(const plan_type& plan, std::span<const T> dense, std::span<W> payload,
                     cuda::stream_ref stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "gather");
-    check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "gather");
+    check_memory(dense.data(), dense.size(), payload.data(), payload.size(),
+                 "cuda_compactor::gather: ");
     gather_async(plan, dense, payload, stream, detail::device_buffers_checked{});
   }
   /// As above, for callers that have checked that the buffers are device memory.
@@ -169,7 +170,8 @@ class cuda_compactor {
   void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
                      cuda::stream_ref stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
-    check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
+    check_memory(dense.data(), dense.size(), payload.data(), payload.size(),
+                 "cuda_compactor::scatter: ");
     scatter_async(plan, payload, dense, scale, stream, detail::device_buffers_checked{});
   }
   /// As above, for callers that have checked that the buffers are device memory.
@@ -245,11 +247,11 @@ class cuda_compactor {
                                                     p.ranks_.data(), n, s));
   }
 
-  // Where the buffers live (after check_buffers: sizes first, the clearer message).
+  // Where the buffers live (after check_buffers: sizes first, the clearer message). `where`
+  // is the message's prefix, e.g. "cuda_compactor::gather: ".
   template <class T, class W>
   static void check_memory(const T* dense, std::size_t dense_size, const W* payload,
-                           std::size_t payload_size, const char* op) {
-    const std::string where = std::string("cuda_compactor::") + op + ": ";
+                           std::size_t payload_size, const char* where) {
     detail::expect_device_buffer(dense, dense_size, where, "dense");
     detail::expect_device_buffer(payload, payload_size, where, "payload");
   }
@@ -257,8 +259,8 @@ class cuda_compactor {
   template <class T, class W>
   static void check_buffers(const plan_type& plan, const T* dense, std::size_t dense_size,
                             const W* payload, std::size_t payload_size, const char* op) {
-    detail::check_compaction_buffers(std::string("cuda_compactor::") + op + ": ", plan.size_,
-                                     plan.count_, dense, dense_size, payload, payload_size);
+    detail::check_compaction_buffers("cuda_compactor", op, plan.size_, plan.count_, dense,
+                                     dense_size, payload, payload_size);
   }
 };
 

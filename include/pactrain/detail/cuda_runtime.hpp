@@ -57,14 +57,14 @@ inline bool is_device_pointer(const void* p) {
 }
 
 /// Throws pactrain::error (naming `where` and `what`) unless the n-entry buffer at p is
-/// device memory; empty buffers pass whatever their pointer.
-inline void expect_device_buffer(const void* p, std::size_t n, const std::string& where,
+/// device memory; empty buffers pass whatever their pointer. Allocates only to throw.
+inline void expect_device_buffer(const void* p, std::size_t n, const char* where,
                                  const char* what) {
   if (n == 0) return;
-  PACTRAIN_EXPECTS(p != nullptr,
-                   where + "null " + what + " buffer with " + std::to_string(n) + " entries");
+  PACTRAIN_EXPECTS(p != nullptr, std::string(where) + "null " + what + " buffer with " +
+                                     std::to_string(n) + " entries");
   PACTRAIN_EXPECTS(is_device_pointer(p),
-                   where + what + " buffer is not device memory (a host pointer?)");
+                   std::string(where) + what + " buffer is not device memory (a host pointer?)");
 }
 
 /// An array of T in device memory, allocated and freed in stream order
