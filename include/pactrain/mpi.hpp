@@ -66,6 +66,68 @@ void mpi_half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
 // MPI counts are int: larger buffers go in chunks of this many elements.
 inline constexpr std::size_t mpi_chunk = std::size_t{1} << 30;
 
+/// The requests of one nonblocking collective, one per chunk: held inline up to two chunks
+/// (2^31 elements), so a collective allocates nothing; more spill into a heap array.
+class mpi_requests {
+ public:
+  static constexpr std::size_t inline_capacity = 2;
+
+  mpi_requests() = default;
+  mpi_requests(mpi_requests&& o) noexcept
+      : inline_(o.inline_), heap_(std::move(o.heap_)), size_(std::exchange(o.size_, 0)) {
+    o.heap_.clear();
+  }
+  mpi_requests& operator=(mpi_requests&& o) noexcept {
+    if (this != &o) {
+      inline_ = o.inline_;
+      heap_ = std::move(o.heap_);
+      size_ = std::exchange(o.size_, 0);
+      o.heap_.clear();
+    }
+    return *this;
+  }
+  mpi_requests(const mpi_requests&) = delete;
+  mpi_requests& operator=(const mpi_requests&) = delete;
+
+  void push_back(MPI_Request r) {
+    if (heap_.empty() && size_ < inline_capacity) {
+      inline_[size_++] = r;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + size_);
+    heap_.push_back(r);
+    ++size_;
+  }
+  [[nodiscard]] MPI_Request* data() noexcept {
+    return heap_.empty() ? inline_.data() : heap_.data();
+  }
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(size_); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  void clear() noexcept {
+    size_ = 0;
+    heap_.clear();
+  }
+
+ private:
+  std::array<MPI_Request, inline_capacity> inline_{};
+  std::vector<MPI_Request> heap_;  // every request, once there are more than inline_capacity
+  std::size_t size_ = 0;
+};
+
+/// Starts an in-place MPI_Iallreduce of data[0, n) in chunks of at most `chunk` elements,
+/// adding one request per chunk to `out`. Throws pactrain::communication_error; the requests
+/// started before a failure stay in `out`.
+template <class T>
+void mpi_iallreduce_chunks(T* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                           std::size_t chunk, mpi_requests& out) {
+  for (std::size_t at = 0; at < n; at += chunk) {
+    const int count = static_cast<int>(std::min(chunk, n - at));
+    MPI_Request r = MPI_REQUEST_NULL;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data + at, count, type, op, comm, &r), "MPI_Iallreduce");
+    out.push_back(r);
+  }
+}
+
 }  // namespace detail
 
 /// Collectives over a duplicate of the user's MPI communicator; MPI failures throw
@@ -78,11 +140,11 @@ class mpi_communicator {
   class request_type {
    public:
     request_type() = default;
-    request_type(request_type&& o) noexcept : reqs_(std::exchange(o.reqs_, {})) {}
+    request_type(request_type&& o) noexcept : reqs_(std::move(o.reqs_)) {}
     request_type& operator=(request_type&& o) noexcept {
       if (this != &o) {
         finish_quietly();
-        reqs_ = std::exchange(o.reqs_, {});
+        reqs_ = std::move(o.reqs_);
       }
       return *this;
     }
@@ -92,9 +154,9 @@ class mpi_communicator {
 
     void wait() {
       if (reqs_.empty()) return;
-      std::vector<MPI_Request> r = std::exchange(reqs_, {});
-      detail::mpi_check(MPI_Waitall(static_cast<int>(r.size()), r.data(), MPI_STATUSES_IGNORE),
-                        "MPI_Waitall");
+      const int rc = MPI_Waitall(reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE);
+      reqs_.clear();  // done or failed: never waited for again
+      detail::mpi_check(rc, "MPI_Waitall");
     }
 
     /// Advances the collective without blocking; true once it is complete (wait() then
@@ -103,9 +165,8 @@ class mpi_communicator {
     bool test() {
       if (reqs_.empty()) return true;
       int done = 0;
-      detail::mpi_check(
-          MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE),
-          "MPI_Testall");
+      detail::mpi_check(MPI_Testall(reqs_.size(), reqs_.data(), &done, MPI_STATUSES_IGNORE),
+                        "MPI_Testall");
       if (done != 0) reqs_.clear();
       return done != 0;
     }
@@ -116,11 +177,10 @@ class mpi_communicator {
       if (reqs_.empty()) return;
       int finalized = 0;
       MPI_Finalized(&finalized);
-      if (!finalized)
-        MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+      if (!finalized) MPI_Waitall(reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE);
       reqs_.clear();
     }
-    std::vector<MPI_Request> reqs_;
+    detail::mpi_requests reqs_;
   };
 
   /// Collective on `comm`, which is never modified and may be freed afterwards. Throws
@@ -184,14 +244,8 @@ class mpi_communicator {
   request_type allreduce_async(std::span<T> data, reduce_op op) {
     check(data.data(), data.size(), "allreduce_async");
     request_type req;
-    for (std::size_t at = 0; at < data.size(); at += detail::mpi_chunk) {
-      const int n = static_cast<int>(std::min(detail::mpi_chunk, data.size() - at));
-      MPI_Request r = MPI_REQUEST_NULL;
-      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data.data() + at, n, detail::mpi_type<T>(),
-                                       op_for<T>(op), comm_, &r),
-                        "MPI_Iallreduce");
-      req.reqs_.push_back(r);
-    }
+    detail::mpi_iallreduce_chunks(data.data(), data.size(), detail::mpi_type<T>(), op_for<T>(op),
+                                  comm_, detail::mpi_chunk, req.reqs_);
     return req;
   }
 
