@@ -230,6 +230,9 @@ class pruner {
     const std::size_t body = in.size() - 8;
     PACTRAIN_EXPECTS(detail::get_u64(in, body) == detail::checksum(in.first(body)),
                      what + "checksum mismatch (corrupt or truncated)");
+    const std::uint32_t reserved = detail::get_u32(in, 12);
+    PACTRAIN_EXPECTS(reserved == 0,
+                     what + "reserved field " + std::to_string(reserved) + " where 0 was expected");
     PACTRAIN_EXPECTS(detail::get_u64(in, 16) == layout.digest(),
                      what +
                          "it does not fit the layout (layout digest differs: other tensors, "

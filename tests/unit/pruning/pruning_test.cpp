@@ -265,6 +265,13 @@ TEST_CASE("checkpoints resume with bit-identical masks; bad ones are rejected") 
   CHECK_THROWS_AS(pc.load(c, bad), error);
   CHECK_THROWS_WITH_AS(pc.load(c, std::span<const std::byte>(ckpt).first(20)),
                        doctest::Contains("truncated"), error);
+  // A nonzero reserved field behind a valid checksum: save() would not give these bytes back.
+  bad = ckpt;
+  bad[14] = std::byte{1};
+  const std::size_t body = bad.size() - 8;
+  const std::uint64_t sum = detail::checksum(std::span<const std::byte>(bad).first(body));
+  for (int k = 0; k < 8; ++k) bad[body + k] = static_cast<std::byte>((sum >> (8 * k)) & 0xff);
+  CHECK_THROWS_WITH_AS(pc.load(c, bad), doctest::Contains("reserved field 65536 where 0"), error);
   CHECK(pc.current_step() == 0);
   CHECK(c.masks()[0].count() == 510);  // unchanged
 
