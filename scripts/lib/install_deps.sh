@@ -6,6 +6,7 @@ PACTRAIN_DEB_PACKAGES=(
   build-essential cmake g++ pkg-config
   openmpi-bin libopenmpi-dev
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
+  clang-14 libclang-rt-14-dev
   dataset-fashion-mnist gnuplot-nox iproute2
 )
 
