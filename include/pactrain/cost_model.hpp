@@ -7,11 +7,14 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
+#include <pactrain/detail/agreement.hpp>
+#include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
 #include <pactrain/mask.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -131,14 +134,45 @@ inline void check_calibration_options(const calibration_options& opt) {
                    "calibrate: need repetitions >= 1, compact_entries > 0 and a density in (0, 1]");
 }
 
+/// Collective: `check` (local validation) on every rank, then one agreement round over every
+/// rank's verdict and `settings` (a digest), so that a bad or differing option throws the same
+/// pactrain::error on every rank before any timed collective could mismatch.
+template <communicator Comm, class Check>
+void agree_calibration(Comm& comm, std::uint64_t settings, const char* op, Check&& check) {
+  static const param_layout none;
+  agreement_input in;
+  in.layout = &none;
+  in.operation = op;
+  in.config_name = "calibration options";
+  in.config_digest = settings;
+  try {
+    check();
+  } catch (const std::exception& e) {  // never leave the peers waiting
+    in.local_error = e.what();
+  }
+  agree(comm, in);
+}
+
+inline digest_builder calibration_digest(const calibration_options& opt) {
+  digest_builder d(0x63616c69);  // "cali"
+  d.add(static_cast<std::uint64_t>(opt.small_bytes))
+      .add(static_cast<std::uint64_t>(opt.large_bytes));
+  d.add(static_cast<std::uint64_t>(opt.compact_entries));
+  d.add(std::bit_cast<std::uint64_t>(opt.compact_density));
+  d.add(static_cast<std::uint64_t>(static_cast<std::int64_t>(opt.repetitions)));
+  return d;
+}
+
 }  // namespace detail
 
 /// Collective: alpha and beta from timed allreduces of small_bytes and large_bytes, the maximum
-/// over ranks; throws pactrain::error for invalid options. Measure once and reuse it to compare
-/// engines: two calibrations of a noisy link differ more than the engines may.
+/// over ranks; throws pactrain::error on every rank for options invalid or different on any.
+/// Measure once and reuse it to compare engines: two calibrations of a noisy link differ more than
+/// the engines may.
 template <communicator Comm>
 link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
-  detail::check_calibration_options(opt);
+  detail::agree_calibration(comm, detail::calibration_digest(opt).value(), "calibrate_link",
+                            [&] { detail::check_calibration_options(opt); });
   std::vector<float> buf(opt.large_bytes / sizeof(float), 1.0f);
   auto time_allreduce = [&](std::size_t bytes) {
     auto s = std::span<float>(buf).first(bytes / sizeof(float));
@@ -163,14 +197,21 @@ link_model calibrate_link(Comm& comm, calibration_options opt = {}) {
 
 /// Collective: a cost model over `link`, timing compaction, dense scaling and (unless the codec
 /// is the identity) the codec with error feedback per entry, the maximum over ranks. Throws
-/// pactrain::error for invalid options or a link that is not finite and >= 0.
+/// pactrain::error on every rank for options, links or codec settings that are invalid (a link
+/// not finite and >= 0) or differ on any rank.
 template <communicator Comm, class Compactor = host_compactor, class Codec = identity_codec<float>>
 cost_model calibrate_local(Comm& comm, const link_model& link, calibration_options opt = {},
                            const Compactor& compactor = {}, const Codec& codec = {}) {
-  detail::check_calibration_options(opt);
-  PACTRAIN_EXPECTS(std::isfinite(link.latency) && link.latency >= 0 &&
-                       std::isfinite(link.seconds_per_byte) && link.seconds_per_byte >= 0,
-                   "calibrate_local: the link model must be finite and >= 0");
+  auto settings = detail::calibration_digest(opt);
+  settings.add(std::bit_cast<std::uint64_t>(link.latency));
+  settings.add(std::bit_cast<std::uint64_t>(link.seconds_per_byte));
+  if constexpr (requires { codec.digest(); }) settings.add(codec.digest());
+  detail::agree_calibration(comm, settings.value(), "calibrate_local", [&] {
+    detail::check_calibration_options(opt);
+    PACTRAIN_EXPECTS(std::isfinite(link.latency) && link.latency >= 0 &&
+                         std::isfinite(link.seconds_per_byte) && link.seconds_per_byte >= 0,
+                     "calibrate_local: the link model must be finite and >= 0");
+  });
   // Local work: gather + scatter at the given density, and the dense path's scaling pass.
   const std::size_t n = opt.compact_entries;
   const auto stride = static_cast<std::size_t>(std::max(1.0, std::round(1 / opt.compact_density)));

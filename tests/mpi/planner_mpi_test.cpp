@@ -6,10 +6,12 @@
 #include <pactrain/pactrain.hpp>
 #include <pactrain/planner.hpp>
 
+#include "common/mpi_helpers.hpp"
 #include "common/test_data.hpp"
 
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 using namespace pactrain;
@@ -41,4 +43,28 @@ TEST_CASE("calibrate gives every rank the same model") {
   auto g = test::values<float>(l.total_size(), 7, static_cast<std::uint64_t>(comm.rank()));
   s.allreduce(std::span<float>(g));
   CHECK(s.stats().steps == 1);
+}
+
+TEST_CASE("calibration options bad or different on one rank fail every rank alike") {
+  mpi_communicator comm{MPI_COMM_WORLD};
+  const bool last = comm.rank() == comm.size() - 1;
+  const std::string r = std::to_string(comm.size() - 1);
+  // Before, different small_bytes timed allreduces of different lengths: MPI_ERR_TRUNCATE.
+  calibration_options opt{.large_bytes = 1 << 16, .compact_entries = 1 << 12, .repetitions = 1};
+  if (last) opt.small_bytes = 1024;
+  CHECK(
+      test::error_of([&] { (void)calibrate_link(comm, opt); }) ==
+      (comm.size() > 1 ? "pactrain: calibrate_link: calibration options differ across ranks" : ""));
+  if (last) opt.small_bytes = opt.large_bytes;  // invalid: small_bytes < large_bytes
+  CHECK(test::error_of([&] { (void)calibrate_link(comm, opt); }) ==
+        "pactrain: calibrate_link rejected on rank " + r +
+            ": calibrate: need 4 <= small_bytes < large_bytes");
+  opt.small_bytes = 4096;
+  const link_model bad{.latency = last ? -1.0 : 0.0, .seconds_per_byte = 0.0};
+  CHECK(test::error_of([&] { (void)calibrate_local(comm, bad, opt); }) ==
+        "pactrain: calibrate_local rejected on rank " + r +
+            ": calibrate_local: the link model must be finite and >= 0");
+  // The same options everywhere still calibrate.
+  const auto link = calibrate_link(comm, opt);
+  CHECK_NOTHROW((void)calibrate_local(comm, link, opt));
 }
