@@ -139,9 +139,7 @@ inline void check_calibration_options(const calibration_options& opt) {
 /// pactrain::error on every rank before any timed collective could mismatch.
 template <communicator Comm, class Check>
 void agree_calibration(Comm& comm, std::uint64_t settings, const char* op, Check&& check) {
-  static const param_layout none;
   agreement_input in;
-  in.layout = &none;
   in.operation = op;
   in.config_name = "calibration options";
   in.config_digest = settings;

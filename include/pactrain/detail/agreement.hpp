@@ -44,7 +44,7 @@ void check_commit_sizes(const param_layout& layout, const std::vector<Mask>& mas
 }
 
 struct agreement_input {
-  const param_layout* layout = nullptr;
+  const param_layout* layout = nullptr;  // nullptr: the call agrees on no layout (calibration)
   std::span<const std::uint64_t> mask_digests;    // one per tensor; unused when local_error is set
   std::uint64_t config_digest = 0;                // e.g. the bucket strategies
   const char* config_name = "bucket strategies";  // what config_digest covers, for messages
@@ -83,7 +83,8 @@ inline std::string strip_prefix(std::string s) {
 /// Throws the same pactrain::error on every rank unless all ranks agree. Collective.
 template <communicator Comm>
 void agree(Comm& comm, const agreement_input& in) {
-  const param_layout& layout = *in.layout;
+  static const param_layout none;
+  const param_layout& layout = in.layout != nullptr ? *in.layout : none;
   const bool failed = !in.local_error.empty();
   const std::uint64_t tensors = layout.tensor_count();
   const std::uint64_t ld = layout.digest();

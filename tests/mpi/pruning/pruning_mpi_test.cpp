@@ -31,23 +31,11 @@ param_layout model() {
 
 using mpi_sync = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
 
-// Masks equal on every rank? Compares digests with MIN and MAX.
+// Masks equal on every rank?
 bool same_everywhere(const std::vector<bitmap_mask>& masks) {
   digest_builder d;
   for (const auto& m : masks) d.add(m.digest());
-  unsigned long long mn = d.value();
-  unsigned long long mx = d.value();
-  MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  return mn == mx;
-}
-
-bool same_text_everywhere(const std::string& s) {
-  unsigned long long d = digest_builder().add(s).value();
-  unsigned long long mx = d;
-  MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  return d == mx;
+  return test::same_on_every_rank(d.value());
 }
 
 // A tiny "training" loop: SGD on synchronised exactly summable gradients, pruning on
@@ -110,7 +98,7 @@ TEST_CASE("local masks from weights that differ on one rank are caught on every 
   const auto before = s.masks();
   if (world_rank() == world_size() - 1) w[l.tensor(2).offset + 5] = 1000.0f;  // a diverged weight
   const std::string msg = error_of([&] { pr.step(s, std::span<const float>(w)); });
-  CHECK(same_text_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (world_size() > 1) {
     CHECK(msg ==
           "pactrain: set_masks: masks differ across ranks, first at tensor 2 'fc2.weight' (name as "
@@ -131,7 +119,7 @@ TEST_CASE("a policy failing on one rank fails every rank, in both modes") {
     const int culprit = source == mask_source::local ? world_size() - 1 : 0;
     if (world_rank() == culprit) w[7] = std::nanf("");
     const std::string msg = error_of([&] { pr.step(s, std::span<const float>(w)); });
-    CHECK(same_text_everywhere(msg));
+    CHECK(test::same_on_every_rank(msg));
     CHECK(msg.find("weight 7 of tensor 'fc1.weight' is not finite") != std::string::npos);
     CHECK(s.masks()[0].count() == 3136);
   }
@@ -155,7 +143,7 @@ TEST_CASE("a checkpoint saved on every rank resumes on every rank") {
   auto bad = ckpt;
   if (world_rank() == 0) bad[bad.size() / 2] ^= std::byte{4};
   const std::string msg = error_of([&] { pb.load(b, bad); });
-  CHECK(same_text_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   CHECK(msg.find("checksum mismatch") != std::string::npos);
   CHECK(b.masks() == a.masks());
 }
@@ -178,7 +166,7 @@ TEST_CASE("checkpoints of different steps fail on every rank and change nothing"
     // Same masks, other steps: before, the ranks went on to different update steps and hung.
     const std::string msg =
         error_of([&] { pb.load(b, world_rank() == world_size() - 1 ? at10 : at8); });
-    CHECK(same_text_everywhere(msg));
+    CHECK(test::same_on_every_rank(msg));
     CHECK(msg ==
           "pactrain: pruner::load: pruner steps, schedules, mask sources or prunable flags "
           "differ across ranks");
@@ -200,7 +188,7 @@ TEST_CASE("pruners with different schedules or mask sources fail at their first 
         .final_sparsity = 0.8, .start_step = 1, .interval = last ? 3u : 2u, .updates = 3};
     pruner p{magnitude_pruning{}, sched, matrix_tensors(l)};
     const std::string msg = error_of([&] { p.step(s, std::span<const float>(w)); });
-    CHECK(same_text_everywhere(msg));
+    CHECK(test::same_on_every_rank(msg));
     CHECK(msg == (world_size() > 1 ? "pactrain: pruner::step: pruner steps, schedules, mask "
                                      "sources or prunable flags differ across ranks"
                                    : ""));
@@ -212,7 +200,7 @@ TEST_CASE("pruners with different schedules or mask sources fail at their first 
              last ? mask_source::root_broadcast : mask_source::local};
     const auto masks = s.masks();
     const std::string msg = error_of([&] { p.step(s, std::span<const float>(w)); });
-    CHECK(same_text_everywhere(msg));
+    CHECK(test::same_on_every_rank(msg));
     CHECK((msg.find("differ across ranks") != std::string::npos) == (world_size() > 1));
     if (world_size() > 1) CHECK(s.masks() == masks);
   }

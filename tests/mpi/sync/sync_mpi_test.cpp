@@ -52,16 +52,6 @@ std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
   return bad + (a.size() != b.size());
 }
 
-// The same string on every rank?
-bool same_everywhere(const std::string& s) {
-  const auto d = digest_builder().add(s).value();
-  unsigned long long mn = d;
-  unsigned long long mx = d;
-  MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  return mn == mx;
-}
-
 template <class Mask, class T>
 void check_exact(std::size_t capacity) {
   const auto l = test_layout(capacity);
@@ -132,7 +122,7 @@ TEST_CASE("a commit whose buffers cannot be built on one rank changes nothing on
   if (world_rank() == culprit) oversized_codec::extra = std::size_t{1} << 61;
   const std::string msg = error_of([&] { s.set_masks(test::masks_for<bitmap_mask>(l, 0.25, 4)); });
   oversized_codec::extra = 0;
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   CHECK(msg.find("set_masks rejected on rank " + std::to_string(culprit) + ": ") !=
         std::string::npos);
   CHECK(s.masks() == masks);
@@ -222,7 +212,7 @@ TEST_CASE("a mask that differs on one rank is caught on every rank, with the sam
   } else {
     CHECK(msg.empty());
   }
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   // The engine still works with the masks every rank agrees on.
   s.set_masks(good);
   auto g = test::values<float>(l.total_size(), 9, world_rank());
@@ -242,20 +232,20 @@ TEST_CASE("mismatched layouts are rejected on every rank") {
   const bool many = world_size() > 1;
   std::string msg = make(odd ? param_layout(100).add("a", 10).add("b", 5)
                              : param_layout(100).add("a", 10).add("b", 6));
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (many)
     CHECK(msg.find("layouts differ across ranks, first at tensor 1 'b'") != std::string::npos);
 
   msg = make(odd ? param_layout(100).add("a", 10) : param_layout(100).add("a", 10).add("b", 5));
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (many) CHECK(msg.find("between 1 and 2 tensors") != std::string::npos);
 
   msg = make(odd ? param_layout(100).add("a", 10) : param_layout(50).add("a", 10));
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (many) CHECK(msg.find("bucket capacities differ") != std::string::npos);
 
   msg = make(odd ? param_layout(100).add("x", 10) : param_layout(100).add("y", 10));
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (many) CHECK(msg.find("at tensor 0 'y' (name as on rank 0)") != std::string::npos);
 }
 
@@ -266,7 +256,7 @@ TEST_CASE("strategies that differ across ranks are rejected") {
   std::vector<bucket_strategy> st(l.buckets().size(), bucket_strategy::sparse);
   if (world_rank() == 0) st[0] = bucket_strategy::dense;
   const std::string msg = error_of([&] { s.set_strategies(st); });
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   if (world_size() > 1)
     CHECK(msg.find("bucket strategies differ across ranks") != std::string::npos);
 }
@@ -281,7 +271,7 @@ TEST_CASE("bad input on one rank fails every rank without a hang") {
   auto bad = masks;
   if (world_rank() == culprit) bad[4] = bitmap_mask::full(7);
   const std::string msg = error_of([&] { s.set_masks(bad); });
-  CHECK(same_everywhere(msg));
+  CHECK(test::same_on_every_rank(msg));
   CHECK(msg == "pactrain: set_masks rejected on rank " + std::to_string(culprit) +
                    ": mask of tensor 'fc1.bias' has 7 entries, the tensor 120");
   CHECK(s.masks() == masks);
