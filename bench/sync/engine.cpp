@@ -1,4 +1,5 @@
-// sparse, sparse-fp16 and sparse-ternary: pactrain::sync over the run's random mask.
+// sparse, sparse-fp16 and sparse-ternary: pactrain::sync over the run's random mask; the
+// -checked twins with sync_options::checked.
 #include "engine.hpp"
 
 namespace sync_bench {
@@ -14,6 +15,17 @@ std::unique_ptr<strategy> make_sparse_fp16(const method_args& a) {
 std::unique_ptr<strategy> make_sparse_ternary(const method_args& a) {
   return std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
       a.comm, a.o, a.n, pactrain::ternary_codec{{.seed = a.o.seed}});
+}
+
+std::unique_ptr<strategy> make_sparse_checked(const method_args& a) {
+  return std::make_unique<engine_strategy<pactrain::identity_codec<float>>>(
+      a.comm, a.o, a.n, pactrain::identity_codec<float>{}, pactrain::sync_options{.checked = true});
+}
+
+std::unique_ptr<strategy> make_sparse_ternary_checked(const method_args& a) {
+  return std::make_unique<engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>>(
+      a.comm, a.o, a.n, pactrain::ternary_codec{{.seed = a.o.seed}},
+      pactrain::sync_options{.checked = true});
 }
 
 }  // namespace sync_bench

@@ -31,8 +31,9 @@ inline std::string plan_text(std::string codec, const std::vector<pactrain::buck
 template <class Codec, class Feedback = pactrain::no_feedback>
 class engine_strategy final : public strategy {
  public:
-  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {})
-      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, {},
+  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
+                  pactrain::sync_options opt = {})
+      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, opt,
               std::move(codec)) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
   }

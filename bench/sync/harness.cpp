@@ -12,7 +12,8 @@
 // Options:
 //   --bytes N        dense gradient bytes (float32; suffixes k M G = 10^3.., Ki Mi Gi = 2^10..)
 //   --density D      kept fraction, 0 < D <= 1 (sparse, topk; reported for all)
-//   --strategy S[,S...]  dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto;
+//   --strategy S[,S...]  dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto |
+//                    sparse-checked | sparse-ternary-checked;
 //                    several, comma-separated, are timed side by side in one run: all are
 //                    set up first, then the timed syncs take turns (one sync of each, in the
 //                    order given, per iteration), and each prints its own row
@@ -49,6 +50,9 @@
 //   sparse-ternary  as sparse, the kept entries sent as ternary lanes with error feedback
 //           (pactrain::ternary_codec, scale from a MAX allreduce per bucket): about k/2 bytes
 //           at 4 ranks (8 lanes per 32-bit word), plus 8 bytes of scale per bucket.
+//   sparse-checked, sparse-ternary-checked  as sparse and sparse-ternary with checked steps
+//           (pactrain::sync_options::checked): one more agreement allreduce of 11 words per
+//           step, before the step's first collective; the same bytes otherwise.
 //   auto    the planner and the tuner: pactrain::calibrate_link times two allreduces once;
 //           then, for an engine with the fp16 codec and one with ternary lanes and error
 //           feedback, pactrain::calibrate_local times compaction and the codec at the size of
@@ -108,6 +112,8 @@ constexpr method methods[] = {
     {"sparse-fp16", make_sparse_fp16},
     {"sparse-ternary", make_sparse_ternary},
     {"auto", make_auto},
+    {"sparse-checked", make_sparse_checked},
+    {"sparse-ternary-checked", make_sparse_ternary_checked},
 };
 
 const method* find_method(std::string_view name) {
@@ -168,7 +174,8 @@ options parse(int argc, char** argv) {
         if (find_method(name) == nullptr) {
           throw usage_error(
               "--strategy: '" + name +
-              "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary or auto");
+              "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary, auto, "
+              "sparse-checked or sparse-ternary-checked");
         }
         if (std::find(o.strategies.begin(), o.strategies.end(), name) != o.strategies.end()) {
           throw usage_error("--strategy: '" + name + "' is listed twice");

@@ -155,12 +155,14 @@ struct method_args {
 };
 
 /// Collective: builds a method. One per method file.
-std::unique_ptr<strategy> make_dense(const method_args& a);           // dense.cpp
-std::unique_ptr<strategy> make_fp16(const method_args& a);            // fp16.cpp
-std::unique_ptr<strategy> make_sparse(const method_args& a);          // engine.cpp
-std::unique_ptr<strategy> make_sparse_fp16(const method_args& a);     // engine.cpp
-std::unique_ptr<strategy> make_sparse_ternary(const method_args& a);  // engine.cpp
-std::unique_ptr<strategy> make_auto(const method_args& a);            // auto.cpp
-std::unique_ptr<strategy> make_topk(const method_args& a);            // topk.cpp
+std::unique_ptr<strategy> make_dense(const method_args& a);                   // dense.cpp
+std::unique_ptr<strategy> make_fp16(const method_args& a);                    // fp16.cpp
+std::unique_ptr<strategy> make_sparse(const method_args& a);                  // engine.cpp
+std::unique_ptr<strategy> make_sparse_fp16(const method_args& a);             // engine.cpp
+std::unique_ptr<strategy> make_sparse_ternary(const method_args& a);          // engine.cpp
+std::unique_ptr<strategy> make_auto(const method_args& a);                    // auto.cpp
+std::unique_ptr<strategy> make_sparse_checked(const method_args& a);          // engine.cpp
+std::unique_ptr<strategy> make_sparse_ternary_checked(const method_args& a);  // engine.cpp
+std::unique_ptr<strategy> make_topk(const method_args& a);                    // topk.cpp
 
 }  // namespace sync_bench

@@ -52,7 +52,8 @@ concept gradient_codec = gradient_value<typename K::value_type> && requires {
 
 /// A codec the engine can run per bucket (see the top of this file). A codec with
 /// `uses_scale` also gives local_scale(payload), the statistic the engine reduces with MAX
-/// over ranks into codec_context::scale, and scale_from_previous_step().
+/// over ranks into codec_context::scale (Inf or NaN when the payload holds one), and
+/// scale_from_previous_step(); its decode must be finite whenever the scale is.
 template <class K>
 concept bucket_codec = gradient_codec<K> &&
     requires(const K& k, std::span<const typename K::value_type> in,

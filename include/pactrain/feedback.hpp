@@ -46,23 +46,38 @@ void encode_with_residual(const K& codec, std::span<const typename K::value_type
   }
 }
 
-/// Error feedback's step: encodes x = in + residual and sets residual = x - decode_local(wire).
-/// One pass where the codec has encode_feedback, and `in` is left alone; otherwise x is
-/// written into `in` first, then encode_with_residual. residual must not overlap in.
+/// Error feedback's step: encodes x = in + residual_in and sets residual_out = x -
+/// decode_local(wire); residual_in is left as it was unless it is residual_out. One pass where
+/// the codec has encode_feedback, and `in` is left alone; otherwise x is written into `in`
+/// first, then encode_with_residual. The residuals must not overlap `in`, nor each other
+/// unless they are the same buffer.
+template <bucket_codec K>
+void encode_with_feedback(const K& codec, std::span<typename K::value_type> in,
+                          std::span<typename K::wire_type> wire,
+                          std::span<const typename K::value_type> residual_in,
+                          std::span<typename K::value_type> residual_out, const codec_context& c) {
+  using T = typename K::value_type;
+  if constexpr (requires {
+                  codec.encode_feedback(std::span<const T>(in), wire, residual_in, residual_out, c);
+                }) {
+    codec.encode_feedback(std::span<const T>(in), wire, residual_in, residual_out, c);
+  } else {
+    for (const std::size_t n : {residual_in.size(), residual_out.size()}) {
+      PACTRAIN_EXPECTS(n == in.size(), "encode_with_feedback: " + std::to_string(in.size()) +
+                                           " values but " + std::to_string(n) + " residuals");
+    }
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] += residual_in[k];
+    encode_with_residual(codec, std::span<const T>(in), wire, residual_out, c);
+  }
+}
+
+/// As above with one residual buffer, updated in place.
 template <bucket_codec K>
 void encode_with_feedback(const K& codec, std::span<typename K::value_type> in,
                           std::span<typename K::wire_type> wire,
                           std::span<typename K::value_type> residual, const codec_context& c) {
   using T = typename K::value_type;
-  if constexpr (requires { codec.encode_feedback(std::span<const T>(in), wire, residual, c); }) {
-    codec.encode_feedback(std::span<const T>(in), wire, residual, c);
-  } else {
-    PACTRAIN_EXPECTS(residual.size() == in.size(),
-                     "encode_with_feedback: " + std::to_string(in.size()) + " values but " +
-                         std::to_string(residual.size()) + " residuals");
-    for (std::size_t k = 0; k < in.size(); ++k) in[k] += residual[k];
-    encode_with_residual(codec, std::span<const T>(in), wire, residual, c);
-  }
+  encode_with_feedback(codec, in, wire, std::span<const T>(residual), residual, c);
 }
 
 }  // namespace pactrain

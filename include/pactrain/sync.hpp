@@ -38,7 +38,8 @@ namespace pactrain {
 
 /// The sync engine over a param_layout (Codec's value_type is the gradient type). Every rank
 /// makes the collective calls in the same order. Bad input fails configuration calls on every
-/// rank alike; step calls check only locally, so a rank that throws strands the rest: stop the job.
+/// rank alike; step calls check only locally, so a rank that throws strands the rest (stop the
+/// job), unless sync_options::checked makes every step agree first.
 template <gradient_mask Mask, class Compactor, communicator Comm,
           class Codec = identity_codec<float>, class Feedback = no_feedback>
 class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback> {
@@ -86,7 +87,9 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   // --- a step ---
 
   /// Collective: averages `grads` (all tensors, layout().total_size() entries) across ranks
-  /// in place; pruned entries come back as +0.
+  /// in place; pruned entries come back as +0. A bucket that an Inf or NaN reaches comes back
+  /// non-finite on every rank, counted in stats().nonfinite_buckets, and the step then
+  /// changes no state (residuals, scales, step counter): skip it as AMP's GradScaler would.
   void allreduce(std::span<value_type> grads) {
     this->begin(grads, "allreduce");
     this->finish();
@@ -145,8 +148,9 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
 
   // --- state across a resume ---
 
-  /// The step counter seeding the codec's random numbers: steps begun since construction, or
-  /// since set_step. Restore it on resume for a bit-identical continuation.
+  /// The step counter seeding the codec's random numbers: steps completed with every bucket
+  /// finite since construction, or since set_step. Restore it on resume for a bit-identical
+  /// continuation.
   using engine::set_step;
   using engine::step;
   /// error_feedback: the residuals, codec inputs of bucket 0, 1, ... (empty otherwise).

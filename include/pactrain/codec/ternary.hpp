@@ -4,6 +4,7 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/detail/config.hpp>
 #include <pactrain/detail/cpu.hpp>
+#include <pactrain/detail/finite.hpp>
 #include <pactrain/detail/random.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -93,26 +95,22 @@ class ternary_codec {
     return n / l + (n % l != 0);
   }
 
-  /// The largest |g| (NaNs are passed over): the engine's MAX over ranks makes it s.
+  /// The largest |g|, and NaN or Inf when `in` holds one (a NaN ranks above an Inf), so the
+  /// engine's MAX over ranks makes it s and a non-finite s tells every rank alike.
   [[nodiscard]] static float local_scale(std::span<const float> in) noexcept {
-    float m = 0;
-    for (const float g : in) {
-      const float a = std::fabs(g);
-      m = a > m ? a : m;
-    }
-    return m;
+    return std::bit_cast<float>(detail::largest_magnitude_bits(in));
   }
 
   void encode(std::span<const float> in, std::span<std::uint32_t> wire,
               const codec_context& c) const {
-    encode_impl<residual_mode::none>(in, wire, nullptr, c);
+    encode_impl<residual_mode::none>(in, wire, nullptr, nullptr, c);
   }
 
   /// encode, and residual[k] = in[k] - decode_local(wire)[k] in the same pass (bit-identical
   /// to the separate calls). residual must have in.size() entries and not overlap in.
   void encode_residual(std::span<const float> in, std::span<std::uint32_t> wire,
                        std::span<float> residual, const codec_context& c) const {
-    encode_with<residual_mode::set>("encode_residual", in, wire, residual, c);
+    encode_with<residual_mode::set>("encode_residual", in, wire, residual, residual, c);
   }
 
   /// Encodes x = in + residual and sets residual = x - decode_local(wire), bit-identical to
@@ -120,7 +118,25 @@ class ternary_codec {
   /// in.size() entries; residual must not overlap in.
   void encode_feedback(std::span<const float> in, std::span<std::uint32_t> wire,
                        std::span<float> residual, const codec_context& c) const {
-    encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual, c);
+    encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual, residual, c);
+  }
+  /// As above, reading the residuals from `residual_in` and writing them to `residual_out`
+  /// (the same buffer, or one that overlaps neither it nor `in`), so the old ones survive.
+  void encode_feedback(std::span<const float> in, std::span<std::uint32_t> wire,
+                       std::span<const float> residual_in, std::span<float> residual_out,
+                       const codec_context& c) const {
+    if (residual_in.data() == residual_out.data()) {
+      encode_with<residual_mode::accumulate>("encode_feedback", in, wire, residual_in, residual_out,
+                                             c);
+      return;
+    }
+    const std::less<const float*> before;
+    PACTRAIN_EXPECTS(residual_in.empty() || residual_out.empty() ||
+                         !before(residual_out.data(), residual_in.data() + residual_in.size()) ||
+                         !before(residual_in.data(), residual_out.data() + residual_out.size()),
+                     "ternary_codec::encode_feedback: the residual buffers overlap");
+    encode_with<residual_mode::accumulate_from>("encode_feedback", in, wire, residual_in,
+                                                residual_out, c);
   }
 
   void decode(std::span<const std::uint32_t> wire, std::span<float> out,
@@ -149,23 +165,30 @@ class ternary_codec {
   };
 
   // What encode does with a residual buffer: nothing; set it to what the encoding missed; or
-  // add it to the input first (x = in + r) and then set it to what the encoding of x missed.
-  enum class residual_mode : std::uint8_t { none, set, accumulate };
+  // add it to the input first (x = in + r) and then set it to what the encoding of x missed,
+  // in place or from a separate input buffer (a mode of its own: a loop that may alias r_in
+  // with r would fail the vectoriser's overlap check and run scalar).
+  enum class residual_mode : std::uint8_t { none, set, accumulate, accumulate_from };
 
   template <residual_mode Mode>
   void encode_with(const char* op, std::span<const float> in, std::span<std::uint32_t> wire,
-                   std::span<float> residual, const codec_context& c) const {
-    PACTRAIN_EXPECTS(residual.size() == in.size(),
-                     std::string("ternary_codec::") + op + ": " + std::to_string(in.size()) +
-                         " values but " + std::to_string(residual.size()) + " residuals");
-    PACTRAIN_EXPECTS(residual.data() != nullptr || residual.empty(),
-                     std::string("ternary_codec::") + op + ": null residual buffer");
-    encode_impl<Mode>(in, wire, residual.data(), c);
+                   std::span<const float> residual_in, std::span<float> residual,
+                   const codec_context& c) const {
+    for (const std::size_t n : {residual_in.size(), residual.size()}) {
+      if (n != in.size()) {
+        PACTRAIN_FAIL(std::string("ternary_codec::") + op + ": " + std::to_string(in.size()) +
+                      " values but " + std::to_string(n) + " residuals");
+      }
+    }
+    PACTRAIN_EXPECTS(
+        (residual.data() != nullptr && residual_in.data() != nullptr) || residual.empty(),
+        std::string("ternary_codec::") + op + ": null residual buffer");
+    encode_impl<Mode>(in, wire, residual_in.data(), residual.data(), c);
   }
 
   template <residual_mode Mode>
-  void encode_impl(std::span<const float> in, std::span<std::uint32_t> wire, float* residual,
-                   const codec_context& c) const {
+  void encode_impl(std::span<const float> in, std::span<std::uint32_t> wire,
+                   const float* residual_in, float* residual, const codec_context& c) const {
     const shape sh = shape_of(in.size(), c.size);
     detail::check_codec_spans("ternary_codec", "encode", in.data(), in.size(), wire.data(),
                               wire.size(), sh.words);
@@ -182,6 +205,7 @@ class ternary_codec {
         const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
         const std::size_t count = std::min(w1 - w0, in.size() - first);
         const plane pl{.g = in.data() + first,
+                       .r_in = residual_in == nullptr ? nullptr : residual_in + first,
                        .r = residual == nullptr ? nullptr : residual + first,
                        .inv = inv,
                        .scale = c.scale,
@@ -223,10 +247,11 @@ class ternary_codec {
     return 1u + hit - ((hit & neg) << 1);  // without branches, so that the loop vectorises
   }
 
-  // One lane plane of encode: values g (payload indices first..), their residuals r (or
-  // null), and the step's keys.
+  // One lane plane of encode: values g (payload indices first..), their residuals read from
+  // r_in and written to r (or null; r_in may be r), and the step's keys.
   struct plane {
     const float* g;
+    const float* r_in;
     float* r;
     float inv;
     float scale;
@@ -258,6 +283,7 @@ class ternary_codec {
   PACTRAIN_ALWAYS_INLINE static void encode_plane_body(plane p, std::uint32_t* w, std::size_t count,
                                                        std::size_t first) noexcept {
     const float* g = p.g;
+    const float* r_in = p.r_in;
     float* r = p.r;
     while (count != 0) {
       const auto lo0 = static_cast<std::uint32_t>(first);
@@ -268,6 +294,7 @@ class ternary_codec {
         const auto lo = lo0 + static_cast<std::uint32_t>(i);
         float x = g[i];
         if constexpr (Mode == residual_mode::accumulate) x += r[i];
+        if constexpr (Mode == residual_mode::accumulate_from) x += r_in[i];
         const std::uint32_t u = lane(x, p.inv, random(lo, hi_key, p.k0));
         w[i] |= u << p.shift;
         if constexpr (Mode != residual_mode::none) {
@@ -279,6 +306,7 @@ class ternary_codec {
       g += m;
       w += m;
       if constexpr (Mode != residual_mode::none) r += m;
+      if constexpr (Mode == residual_mode::accumulate_from) r_in += m;
       first += m;
       count -= m;
     }

@@ -76,6 +76,7 @@ class sync<Mask, cuda_compactor, Comm, Codec, Feedback>
                                cuda_compactor, Comm, Codec, Feedback> {
   using core = detail::sync_core<sync, Mask, cuda_compactor, Comm, Codec, Feedback>;
   friend core;
+  static constexpr bool checked_supported = false;  // sync_options::checked: host engine only
 
   static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec>,
                 "pactrain::sync on device buffers (cuda_compactor) supports identity_codec, "

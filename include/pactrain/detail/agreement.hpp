@@ -80,6 +80,9 @@ inline std::string strip_prefix(std::string s) {
   return s;
 }
 
+/// Words of the agreement's common-path round (one allreduce, MAX).
+inline constexpr std::size_t agreement_words = 11;
+
 /// Throws the same pactrain::error on every rank unless all ranks agree. Collective.
 template <communicator Comm>
 void agree(Comm& comm, const agreement_input& in) {
@@ -92,17 +95,18 @@ void agree(Comm& comm, const agreement_input& in) {
   const std::uint64_t cd = in.config_digest;
   const std::uint64_t kd = in.codec_digest;
   // max over ranks of x and of ~x gives max and ~min: all equal iff max == min.
-  std::array<std::uint64_t, 11> v = {failed ? static_cast<std::uint64_t>(comm.rank()) + 1 : 0,
-                                     tensors,
-                                     ~tensors,
-                                     ld,
-                                     ~ld,
-                                     md,
-                                     ~md,
-                                     cd,
-                                     ~cd,
-                                     kd,
-                                     ~kd};
+  std::array<std::uint64_t, agreement_words> v = {
+      failed ? static_cast<std::uint64_t>(comm.rank()) + 1 : 0,
+      tensors,
+      ~tensors,
+      ld,
+      ~ld,
+      md,
+      ~md,
+      cd,
+      ~cd,
+      kd,
+      ~kd};
   comm.allreduce(std::span<std::uint64_t>(v), reduce_op::max);
   const std::string op = in.operation;
   if (v[0] != 0) {

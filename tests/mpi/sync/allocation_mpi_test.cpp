@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <limits>
 #include <new>
 #include <span>
 #include <string>
@@ -171,6 +172,10 @@ struct gradients {
       }
     }
   }
+  void poison() {
+    std::fill(flat.begin(), flat.end(), std::numeric_limits<float>::infinity());
+    for (auto& v : separate) std::fill(v.begin(), v.end(), std::numeric_limits<float>::infinity());
+  }
   std::vector<float> flat;
   std::vector<std::vector<float>> separate;
   std::vector<std::span<float>> spans;
@@ -222,12 +227,12 @@ constexpr int counted_steps = 3;
 // Every strategy set and every way of driving a step: after the warm-up, each counted step
 // must allocate nothing.
 template <class Mask, class Codec, class Feedback>
-void check_steady_state(const char* config, Codec codec = {}) {
+void check_steady_state(const char* config, Codec codec = {}, sync_options opt = {}) {
   const auto l = sixteen_buckets();
   REQUIRE(l.buckets().size() == bucket_count);
   REQUIRE(l.tensor_count() == std::size(tensor_densities));
   pactrain::sync<Mask, host_compactor, mpi_communicator, Codec, Feedback> s{
-      mpi_communicator{MPI_COMM_WORLD}, l, std::move(codec)};
+      mpi_communicator{MPI_COMM_WORLD}, l, std::move(codec), opt};
   s.set_masks(mixed_masks<Mask>(l));
   gradients g(l);
   std::uint64_t seed = 1;
@@ -245,6 +250,11 @@ void check_steady_state(const char* config, Codec codec = {}) {
         worst = std::max(worst, allocations_in([&] { run_step(s, d, g); }));
         collectives += s.stats().collectives;
       }
+      // A step that Inf reaches allocates nothing either.
+      g.fill(seed++);
+      g.poison();
+      worst = std::max(worst, allocations_in([&] { run_step(s, d, g); }));
+      CHECK(s.stats().nonfinite_buckets > 0);
       CHECK_MESSAGE(worst == 0, std::string(config) << ", " << std::string(name) << ", "
                                                     << std::string(to_string(d)) << ": " << worst
                                                     << " allocations in a steady-state step");
@@ -319,4 +329,8 @@ TEST_CASE_TEMPLATE("steady-state steps allocate nothing", Mask, bitmap_mask, ind
   check_steady_state<Mask, ternary_codec, error_feedback>(
       "ternary previous_max + error_feedback",
       ternary_codec{{.seed = 3, .scale = scale_source::previous_max}});
+  check_steady_state<Mask, identity_codec<float>, no_feedback>("identity, checked steps", {},
+                                                               {.checked = true});
+  check_steady_state<Mask, ternary_codec, error_feedback>(
+      "ternary + error_feedback, checked steps", ternary_codec{{.seed = 3}}, {.checked = true});
 }

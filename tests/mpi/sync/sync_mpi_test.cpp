@@ -258,7 +258,7 @@ TEST_CASE("strategies that differ across ranks are rejected") {
   const std::string msg = error_of([&] { s.set_strategies(st); });
   CHECK(test::same_on_every_rank(msg));
   if (world_size() > 1)
-    CHECK(msg.find("bucket strategies differ across ranks") != std::string::npos);
+    CHECK(msg.find("bucket strategies or sync_options differ across ranks") != std::string::npos);
 }
 
 TEST_CASE("bad input on one rank fails every rank without a hang") {

@@ -83,6 +83,7 @@ class sync_core {
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   void set_step(std::uint64_t s) noexcept { step_ = s; }
   [[nodiscard]] const sync_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const sync_options& options() const noexcept { return options_; }
   [[nodiscard]] Comm& get_communicator() noexcept { return comm_; }
   [[nodiscard]] const Compactor& compactor() const noexcept { return compactor_; }
 
@@ -102,6 +103,7 @@ class sync_core {
         layout_(std::move(layout)),
         compactor_(std::move(compactor)),
         codec_(std::move(codec)),
+        options_(opt),
         strategies_(layout_.buckets().size(), opt.strategy) {}
 
   // Engines call this last in their constructor, once their own members exist: the first
@@ -152,6 +154,8 @@ class sync_core {
     typename Engine::workspace_buffers buffers;
     try {
       engine().check_commit(op);
+      PACTRAIN_EXPECTS(Engine::checked_supported || !options_.checked,
+                       "checked steps (sync_options::checked) are not available on this engine");
       check_commit_sizes(layout_, masks, strategies.size());
       for (const auto st : strategies) {
         PACTRAIN_EXPECTS(st.valid(),
@@ -177,7 +181,9 @@ class sync_core {
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();
     }
-    in.config_digest = strategies_digest(strategies);
+    in.config_digest =
+        digest_builder(strategies_digest(strategies)).add(std::uint64_t{options_.checked}).value();
+    in.config_name = "bucket strategies or sync_options";
     in.codec_digest = codec_digest();
     in.mask_digests = digests;
     agree(comm_, in);
@@ -209,14 +215,20 @@ class sync_core {
   [[nodiscard]] sync_stats begin_stats() const noexcept {
     sync_stats s = stats_;
     s.collectives = 0;
+    s.nonfinite_buckets = 0;
     s.bytes_sent = 0;
     s.dense_bytes = 0;
     s.gather_seconds = s.allreduce_seconds = s.scatter_seconds = 0;
     for (const auto& bk : layout_.buckets()) s.dense_bytes += bk.size * sizeof(value_type);
     return s;
   }
+  // A step with a non-finite bucket leaves the step counter, like all state, as it was.
   void end_step(sync_stats s, sync_clock::time_point start) noexcept {
-    ++step_;
+    if (s.nonfinite_buckets == 0) {
+      ++step_;
+    } else {
+      ++s.nonfinite_steps;
+    }
     ++s.steps;
     s.total_bytes_sent += s.bytes_sent;
     s.total_seconds += seconds_since(start);
@@ -227,6 +239,7 @@ class sync_core {
   param_layout layout_;
   Compactor compactor_;
   Codec codec_;
+  sync_options options_;
   std::vector<bucket_strategy> strategies_;
   std::vector<Mask> masks_;
   std::vector<std::uint64_t> mask_digests_;  // of masks_, as committed

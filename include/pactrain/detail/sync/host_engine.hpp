@@ -4,7 +4,12 @@
 //   send      encode (coded buckets; error feedback adds and keeps the residual here) and
 //             start the allreduce;
 //   complete  wait in order of submission, decode, expand (+0 at pruned entries, 1/P folded
-//             in where no decode did it).
+//             in where no decode did it), and check the result for Inf and NaN.
+// Non-finite policy: a bucket whose result would hold an Inf or a NaN in a dense allreduce
+// comes back non-finite on every rank (a coded bucket whose scale is not finite comes back
+// all NaN), is counted in stats, and the step then leaves all state as it was: error feedback
+// writes the new residuals to a second buffer that replaces the first only when every bucket
+// is finite; the scales and the step counter advance only then.
 // Plain buckets (the identity codec, and the plain strategies of any codec) skip encode and
 // decode: the payload itself is summed.
 #pragma once
@@ -13,6 +18,7 @@
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/agreement.hpp>
+#include <pactrain/detail/finite.hpp>
 #include <pactrain/detail/sync/core.hpp>
 #include <pactrain/detail/sync/host_buckets.hpp>
 #include <pactrain/detail/sync/host_step.hpp>
@@ -29,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -80,49 +87,32 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
 
   template <class Views>
   void begin(Views views, const char* op) {
+    if (this->options_.checked) return begin_checked(views, op);
     current_.set_views(this->layout_, views, op);
-    current_.begin(this->layout_, this->strategies_, this->begin_stats());
-    scales_.open_step(this->codec_, this->layout_.buckets().size());
+    open_step();
   }
 
   void submit(std::size_t b) {
     current_.check_open("submit_bucket");
+    if (this->options_.checked) return request_checked(b);
     this->check_bucket(b, "submit_bucket");
     PACTRAIN_EXPECTS(!current_.submitted(b), "sync::submit_bucket: bucket " + std::to_string(b) +
                                                  " was already submitted in this step");
-    guarded([&] {
-      send_scaled();
-      prepare(b);
-      if (needs_scale(b)) {
-        scales_.start(this->comm_, current_.stats(), b);
-      } else {
-        send(b);
-      }
-    });
+    guarded([&] { submit_now(b); });
   }
 
   void finish() {
+    if (this->options_.checked) agree_checked();
     current_.check_open("finish_step");
     guarded([&] {
-      send_scaled();
-      // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
-      // allreduce moves while the next one is compacted; the others wait for one round.
-      auto& due = scales_.due();
-      due.clear();
-      for (std::size_t b = 0; b < current_.buckets(); ++b) {
-        if (current_.submitted(b)) continue;
-        prepare(b);
-        if (needs_scale(b)) {
-          due.push_back(b);
-        } else {
-          send(b);
-        }
+      if (this->options_.checked) {
+        for (const auto b : checked_.order) submit_now(b);
       }
-      if (!due.empty()) scales_.reduce_due(this->comm_, current_.stats());
-      for (const auto b : due) send(b);
-      complete();
+      finish_now();
     });
   }
+
+  static constexpr bool checked_supported = true;
 
   // --- state across a resume ---
 
@@ -163,6 +153,103 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   [[nodiscard]] bool step_open() const noexcept { return current_.open(); }
 
  private:
+  void open_step() {
+    current_.begin(this->layout_, this->strategies_, this->begin_stats());
+    scales_.open_step(this->codec_, this->layout_.buckets().size());
+  }
+
+  void submit_now(std::size_t b) {
+    send_scaled();
+    prepare(b);
+    if (needs_scale(b)) {
+      scales_.start(this->comm_, current_.stats(), b);
+    } else {
+      send(b);
+    }
+  }
+
+  void finish_now() {
+    send_scaled();
+    // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
+    // allreduce moves while the next one is compacted; the others wait for one round.
+    auto& due = scales_.due();
+    due.clear();
+    for (std::size_t b = 0; b < current_.buckets(); ++b) {
+      if (current_.submitted(b)) continue;
+      prepare(b);
+      if (needs_scale(b)) {
+        due.push_back(b);
+      } else {
+        send(b);
+      }
+    }
+    if (!due.empty()) scales_.reduce_due(this->comm_, current_.stats());
+    for (const auto b : due) send(b);
+    complete();
+  }
+
+  // --- checked steps (sync_options::checked) ---
+  // A rank's mistakes are recorded, not thrown, until finish_step's agreement, which every
+  // rank reaches: begin records bad arguments, submit the order (and bad bucket numbers).
+
+  template <class Views>
+  void begin_checked(Views views, const char* op) {
+    if (current_.open()) {
+      checked_.fail(std::string("sync::") + op + ": a step is open (begun and not finished)");
+      return;
+    }
+    checked_.open(this->layout_.buckets().size());
+    try {
+      current_.set_views(this->layout_, views, op);
+    } catch (const std::exception& e) {
+      checked_.fail(e.what());
+    }
+    open_step();
+  }
+
+  void request_checked(std::size_t b) {
+    if (!checked_.error.empty()) return;
+    if (b >= checked_.requested.size()) {
+      checked_.fail("sync::submit_bucket: bucket " + std::to_string(b) + " of " +
+                    std::to_string(checked_.requested.size()));
+    } else if (checked_.requested[b] != 0) {
+      checked_.fail("sync::submit_bucket: bucket " + std::to_string(b) +
+                    " was already submitted in this step");
+    } else {
+      checked_.requested[b] = 1;
+      checked_.order.push_back(b);
+    }
+  }
+
+  // One agreement round: every rank's verdict, the submission order, and what is committed.
+  void agree_checked() {
+    agreement_input a;
+    a.layout = &this->layout_;
+    a.operation = "finish_step";
+    a.config_name = "bucket submission orders";
+    if (!current_.open()) {
+      a.local_error = "sync::finish_step: no step is open (call begin_step)";
+    } else {
+      a.local_error = std::move(checked_.error);
+    }
+    digest_builder d(0x6f726472);  // "ordr"
+    d.add(std::span<const std::uint64_t>(checked_.order));
+    a.config_digest = d.value();
+    a.codec_digest = this->codec_digest();
+    a.mask_digests = this->mask_digests_;
+    checked_.error.clear();
+    try {
+      agree(this->comm_, a);
+    } catch (...) {
+      current_.close();
+      scales_.abandon();
+      throw;
+    }
+    auto& s = current_.stats();
+    ++s.collectives;
+    s.bytes_sent += agreement_words * sizeof(std::uint64_t);
+  }
+
   // --- commit hooks (see core.hpp) ---
 
   void check_commit(const char* op) const { current_.check_closed(op); }
@@ -178,6 +265,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     huge_vector<value_type> payload;
     huge_vector<wire_type> wire;
     huge_vector<value_type> residual;
+    huge_vector<value_type> residual_next;
     scale_exchange<Codec, Comm> scales;
   };
   // May throw: runs before the agreement, so a failure reaches every rank.
@@ -186,7 +274,10 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     n.payload.assign(w.payload_size(), value_type(0));
     if constexpr (!is_identity) {
       n.wire.assign(w.wire_size(), wire_type{});
-      if constexpr (feedback) n.residual.assign(w.codec_input_size(), value_type(0));
+      if constexpr (feedback) {
+        n.residual.assign(w.codec_input_size(), value_type(0));
+        n.residual_next.assign(w.codec_input_size(), value_type(0));
+      }
       n.scales.reset(w.buckets());
     }
     return n;
@@ -195,6 +286,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     payload_ = std::move(n.payload);
     wire_ = std::move(n.wire);
     residual_ = std::move(n.residual);
+    residual_next_ = std::move(n.residual_next);
     if constexpr (!is_identity) scales_ = std::move(n.scales);
   }
 
@@ -269,6 +361,10 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     current_.started(b);
     const auto region = current_.region(b);
     if (region.empty()) return;
+    if (coded(b) && !scales_.finite(b)) {  // known alike on every rank: nothing to sum
+      current_.mark_nonfinite(b);
+      return;
+    }
     auto& s = current_.stats();
     if (plain(b)) {
       if constexpr (is_identity || plain_supported) {
@@ -282,9 +378,10 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
         phase_timer t(s.gather_seconds);
         const codec_context ctx = context(b);
         if constexpr (feedback) {  // the residual is added here, in the codec's pass if it can
+          const std::size_t at = this->workspace_.codec_input[b];
           encode_with_feedback(this->codec_, region, wire,
-                               std::span<value_type>(residual_).subspan(
-                                   this->workspace_.codec_input[b], region.size()),
+                               std::span<const value_type>(residual_).subspan(at, region.size()),
+                               std::span<value_type>(residual_next_).subspan(at, region.size()),
                                ctx);
         } else {
           this->codec_.encode(std::span<const value_type>(region), wire, ctx);
@@ -298,8 +395,9 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     current_.progress(0);
   }
 
-  // Waits for the buckets in submission order and writes them back; reduces next step's
-  // scales alongside (previous_max); closes the step.
+  // Waits for the buckets in submission order, writes them back and judges them finite or
+  // not; reduces next step's scales alongside (previous_max); keeps the step's new state only
+  // when every bucket is finite; closes the step.
   void complete() {
     auto& s = current_.stats();
     const value_type inv_p = value_type(1) / static_cast<value_type>(this->comm_.size());
@@ -315,23 +413,81 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
       }
       phase_timer t(s.scatter_seconds);
       const auto region = current_.region(b);
+      const bool sparse = is_sparse(this->strategies_[b]);
+      if (current_.nonfinite(b)) {
+        poison(b, sparse, region);
+        continue;
+      }
       if (!plain(b) && !region.empty()) {
         this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
       }
       // Plain buckets hold the sum; decode gave the mean.
-      buckets().expand(b, is_sparse(this->strategies_[b]), region, current_,
-                       plain(b) ? inv_p : value_type(1));
+      buckets().expand(b, sparse, region, current_, plain(b) ? inv_p : value_type(1));
+      if (!finite_result(b, sparse, region)) current_.mark_nonfinite(b);
     }
-    scales_.finish_next(this->codec_, s);
+    scales_.wait_next(s);
+    for (std::size_t b = 0; b < current_.buckets(); ++b) {
+      // previous_max encoded with last step's finite scale: an Inf or NaN of this step's
+      // gradient shows only in the round of next step's scales.
+      if (coded(b) && !current_.nonfinite(b) && scales_.next_nonfinite(b)) {
+        phase_timer t(s.scatter_seconds);
+        poison(b, is_sparse(this->strategies_[b]), current_.region(b));
+        current_.mark_nonfinite(b);
+      }
+    }
+    const bool finite = current_.nonfinite_count() == 0;
+    scales_.finish_next(this->codec_, finite);
+    if constexpr (feedback) {
+      if (finite) residual_.swap(residual_next_);
+    }
+    s.nonfinite_buckets = current_.nonfinite_count();
     current_.close();
     this->end_step(s, current_.start());
   }
 
-  huge_vector<value_type> payload_;   // workspaces on huge pages: streamed every step
-  huge_vector<wire_type> wire_;       // coded buckets' wire elements
-  huge_vector<value_type> residual_;  // error_feedback: one per codec input entry
+  // A coded bucket whose scale or input was not finite: NaN at every kept entry.
+  void poison(std::size_t b, bool sparse, std::span<value_type> region) {
+    std::fill(region.begin(), region.end(), std::numeric_limits<value_type>::quiet_NaN());
+    buckets().expand(b, sparse, region, current_, value_type(1));
+  }
+
+  // The written-back result: a sparse bucket's payload, or a dense bucket's tensors (their
+  // pruned entries are +0 by now, as the masked dense allreduce would give).
+  [[nodiscard]] bool finite_result(std::size_t b, bool sparse,
+                                   std::span<const value_type> region) const {
+    // A scaled codec decodes to finite values when its scale is finite (codec.hpp), and a
+    // bucket is encoded only then: nothing to read again.
+    if constexpr (Codec::uses_scale) {
+      if (coded(b)) return true;
+    }
+    if (sparse) return all_finite(region);
+    const auto& bk = this->layout_.buckets()[b];
+    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+      if (!all_finite(std::span<const value_type>(current_.view(i)))) return false;
+    }
+    return true;
+  }
+
+  huge_vector<value_type> payload_;        // workspaces on huge pages: streamed every step
+  huge_vector<wire_type> wire_;            // coded buckets' wire elements
+  huge_vector<value_type> residual_;       // error_feedback: one per codec input entry
+  huge_vector<value_type> residual_next_;  // the step's new residuals, kept if it is finite
   scale_exchange<Codec, Comm> scales_;
   host_step<value_type, request_type> current_;  // the open step
+  struct checked_step {
+    std::string error;                    // this rank's first mistake in the step
+    std::vector<std::uint64_t> order;     // buckets in order of submit_bucket
+    std::vector<std::uint8_t> requested;  // per bucket
+    void open(std::size_t buckets) {
+      error.clear();
+      order.clear();
+      order.reserve(buckets);
+      requested.assign(buckets, 0);
+    }
+    void fail(std::string what) {
+      if (error.empty()) error = std::move(what);
+    }
+  } checked_;
 };
 
 }  // namespace pactrain::detail

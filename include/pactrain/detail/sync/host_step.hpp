@@ -83,8 +83,11 @@ class host_step {
     requests_.resize(nb);
     regions_.assign(nb, {});
     submitted_.assign(nb, 0);
+    nonfinite_.assign(nb, 0);
+    nonfinite_count_ = 0;
     order_.clear();
     order_.reserve(nb);
+    done_ = 0;
     stats_ = stats;
     start_ = sync_clock::now();
     open_ = true;
@@ -97,13 +100,16 @@ class host_step {
   }
 
   // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
-  // progress thread): testing the ones in flight between buckets of local work keeps their
-  // messages moving. Tests the buckets submitted from position `from` on.
+  // progress thread): testing between buckets of local work keeps their messages moving. One
+  // test drives every collective in flight, so only the oldest incomplete one (from position
+  // `from` of the order on) is tested, and the ones before it are passed over for good: a
+  // step with n buckets makes O(n) tests, not O(n^2).
   void progress(std::size_t from) {
     if constexpr (requires(Request & r) {
                     { r.test() } -> std::convertible_to<bool>;
                   }) {
-      for (std::size_t k = from; k < order_.size(); ++k) (void)requests_[order_[k]].test();
+      if (done_ < from) done_ = from;
+      while (done_ < order_.size() && requests_[order_[done_]].test()) ++done_;
     }
   }
 
@@ -120,6 +126,13 @@ class host_step {
     submitted_[b] = 1;
   }
   [[nodiscard]] std::span<T> region(std::size_t b) const { return regions_[b]; }
+  /// Bucket b's result holds an Inf or a NaN (a verdict every rank reaches alike).
+  [[nodiscard]] bool nonfinite(std::size_t b) const { return nonfinite_[b] != 0; }
+  void mark_nonfinite(std::size_t b) {
+    nonfinite_count_ += nonfinite_[b] == 0;
+    nonfinite_[b] = 1;
+  }
+  [[nodiscard]] std::size_t nonfinite_count() const noexcept { return nonfinite_count_; }
   [[nodiscard]] std::size_t buckets() const noexcept { return submitted_.size(); }
   Request& request(std::size_t b) { return requests_[b]; }
   /// Buckets whose collective has started, in order.
@@ -143,7 +156,10 @@ class host_step {
   std::vector<std::span<T>> regions_;  // per bucket: what its collective covers
   std::vector<Request> requests_;      // per bucket
   std::vector<std::uint8_t> submitted_;
+  std::vector<std::uint8_t> nonfinite_;  // per bucket
+  std::size_t nonfinite_count_ = 0;
   std::vector<std::size_t> order_;         // buckets in order of their collective's start
+  std::size_t done_ = 0;                   // order_[0, done_) are complete or waited for
   std::vector<std::size_t> dense_offset_;  // per bucket: its stretch of dense_, or npos
   huge_vector<T> dense_;                   // on huge pages: streamed every step
   sync_stats stats_;                       // the step's, handed over when it completes

@@ -9,6 +9,9 @@
 //   previous_max  none before encoding (last step's scales are used); one nonblocking round
 //                 over every bucket's local max runs alongside the step's data and gives the
 //                 next step's scales. The first step after a commit falls back to current_max.
+// A non-finite local max (an Inf or NaN in the gradient) makes the reduced word non-finite on
+// every rank: current_max learns it before encoding, previous_max from the round of next
+// step's scales. A step with any non-finite bucket keeps the scales it started with.
 #pragma once
 
 #include <pactrain/communicator.hpp>
@@ -16,6 +19,7 @@
 #include <pactrain/sync_options.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -85,6 +89,8 @@ class scale_exchange : public saved_scales {
 
   /// The scale bucket b encodes and decodes with this step.
   [[nodiscard]] float scale(std::size_t b) const noexcept { return used_[b]; }
+  /// False when bucket b's scale of this step is Inf or NaN: some rank's gradient was.
+  [[nodiscard]] bool finite(std::size_t b) const noexcept { return std::isfinite(used_[b]); }
 
   /// Starts the nonblocking round of bucket b's scale (submit_bucket, current_max).
   void start(Comm& comm, sync_stats& s, std::size_t b) {
@@ -136,20 +142,28 @@ class scale_exchange : public saved_scales {
     s.bytes_sent += local_.size() * sizeof(std::uint64_t);
   }
 
+  /// Waits for the round start_next began, if any.
+  void wait_next(sync_stats& s) {
+    if (!next_pending_) return;
+    phase_timer t(s.allreduce_seconds);
+    next_.wait();
+  }
+
+  /// After wait_next: bucket b's gradient held an Inf or a NaN on some rank (previous_max).
+  [[nodiscard]] bool next_nonfinite(std::size_t b) const noexcept {
+    return next_pending_ && !std::isfinite(as_float(local_[b]));
+  }
+
   /// Closes the step: next step's scales are the round's result (previous_max in use) or
-  /// this step's (previous_max falling back to current_max).
-  void finish_next(const Codec& codec, sync_stats& s) {
-    if (next_pending_) {
-      {
-        phase_timer t(s.allreduce_seconds);
-        next_.wait();
-      }
+  /// this step's (previous_max falling back to current_max); a non-finite step keeps the old.
+  void finish_next(const Codec& codec, bool finite) {
+    if (finite && next_pending_) {
       for (std::size_t b = 0; b < local_.size(); ++b) previous_[b] = as_float(local_[b]);
-      next_pending_ = false;
-    } else if (!reuse_ && codec.scale_from_previous_step()) {
+    } else if (finite && !reuse_ && codec.scale_from_previous_step()) {
       previous_ = used_;
       ready_ = true;
     }
+    next_pending_ = false;
   }
 
  private:
@@ -186,8 +200,11 @@ class scale_exchange<Codec, Comm, false> : public saved_scales {
   void reduce_due(Comm&, sync_stats&) noexcept {}
   template <class Send>
   void complete_started(sync_stats&, Send&&) noexcept {}
+  [[nodiscard]] bool finite(std::size_t) const noexcept { return true; }
   void start_next(Comm&, sync_stats&, bool) noexcept {}
-  void finish_next(const Codec&, sync_stats&) noexcept {}
+  void wait_next(sync_stats&) noexcept {}
+  [[nodiscard]] bool next_nonfinite(std::size_t) const noexcept { return false; }
+  void finish_next(const Codec&, bool) noexcept {}
 
  private:
   std::vector<std::size_t> due_;

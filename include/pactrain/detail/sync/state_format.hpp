@@ -11,6 +11,7 @@
 #include <pactrain/serialize.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -118,12 +119,17 @@ class state_format {
     st.residuals.resize(r);
     st.scales.resize(s);
     std::size_t at = header_bytes;
-    for (auto& x : st.residuals) {
-      x = get_value(in, at);
+    // The engine never keeps an Inf or a NaN (see the non-finite policy), nor a negative scale.
+    for (std::size_t k = 0; k < st.residuals.size(); ++k) {
+      st.residuals[k] = get_value(in, at);
+      PACTRAIN_EXPECTS(std::isfinite(st.residuals[k]),
+                       what + "residual " + std::to_string(k) + " is not finite");
       at += sizeof(T);
     }
-    for (auto& f : st.scales) {
-      f = std::bit_cast<float>(get_u32(in, at));
+    for (std::size_t k = 0; k < st.scales.size(); ++k) {
+      st.scales[k] = std::bit_cast<float>(get_u32(in, at));
+      PACTRAIN_EXPECTS(std::isfinite(st.scales[k]) && !std::signbit(st.scales[k]),
+                       what + "scale " + std::to_string(k) + " is not finite and >= +0");
       at += 4;
     }
     return st;
