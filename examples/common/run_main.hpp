@@ -1,5 +1,5 @@
 // The main shared by pactrain's MPI examples: MPI_Init, the program's body, MPI_Finalize, and
-// around the body the guard a program should copy.
+// around the body the guard a program should copy (tests/fault checks that it ends the job).
 //
 // The guard is a top-level catch that prints the message and calls MPI_Abort. pactrain's
 // configuration calls throw on every rank alike, but a failure outside the library (a file
