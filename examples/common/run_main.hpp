@@ -4,8 +4,7 @@
 // The guard is a top-level catch that prints the message and calls MPI_Abort. pactrain's
 // configuration calls throw on every rank alike, but a failure outside the library (a file
 // that cannot be read, an allocation, a bug) or an allreduce argument rejected on one rank
-// leaves that rank alone: if it returned, or waited in MPI_Finalize, its peers would wait
-// forever in a collective it never joins. MPI_Abort ends every rank of the job instead.
+// happens on that rank alone, and only MPI_Abort ends its peers too.
 #pragma once
 
 #include <mpi.h>
@@ -16,7 +15,9 @@
 
 namespace examples {
 
-/// Prints "<name>: <what>" on stderr and ends every rank of the job with exit code 1.
+// [snippet:guard]
+/// Prints "<name>: <what>" on stderr and ends every rank of the job with exit code 1: a rank
+/// that returned alone would leave its peers waiting forever in a collective it never joins.
 [[noreturn]] inline void abort_job(const char* name, const char* what) noexcept {
   std::fprintf(stderr, "%s: %s\n", name, what);
   std::fflush(nullptr);  // MPI_Abort does not flush what the program wrote so far
@@ -41,5 +42,6 @@ int run_main(int& argc, char**& argv, const char* name, Body&& body) {
   MPI_Finalize();
   return rc;
 }
+// [/snippet:guard]
 
 }  // namespace examples
