@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "run_main.hpp"
+#include "../common/run_main.hpp"
 
 int run() {
   // [snippet:allreduce]
@@ -54,4 +54,4 @@ int run() {
   return wrong == 0 && sync.stats().bytes_sent == want_bytes ? 0 : 1;
 }
 
-int main(int argc, char** argv) { return basics::run_main(argc, argv, "allreduce", run); }
+int main(int argc, char** argv) { return examples::run_main(argc, argv, "allreduce", run); }

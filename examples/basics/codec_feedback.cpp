@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "run_main.hpp"
+#include "../common/run_main.hpp"
 
 int run() {
   // [snippet:codec_feedback]
@@ -57,4 +57,4 @@ int run() {
   return wrong == 0 && sync.stats().bytes_sent == want_bytes ? 0 : 1;
 }
 
-int main(int argc, char** argv) { return basics::run_main(argc, argv, "codec_feedback", run); }
+int main(int argc, char** argv) { return examples::run_main(argc, argv, "codec_feedback", run); }

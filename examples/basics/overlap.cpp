@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "run_main.hpp"
+#include "../common/run_main.hpp"
 
 int run() {
   int rank = 0, ranks = 1;
@@ -73,4 +73,4 @@ int run() {
   return wrong == 0 && sync.stats().collectives == want_collectives && !sync.step_open() ? 0 : 1;
 }
 
-int main(int argc, char** argv) { return basics::run_main(argc, argv, "overlap", run); }
+int main(int argc, char** argv) { return examples::run_main(argc, argv, "overlap", run); }

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "run_main.hpp"
+#include "../common/run_main.hpp"
 
 int run() {
   pactrain::param_layout layout(1 << 16);  // bucket capacity: each tensor in its own bucket
@@ -69,4 +69,4 @@ int run() {
   return wrong == 0 && sync.strategies() == tuner.best() ? 0 : 1;
 }
 
-int main(int argc, char** argv) { return basics::run_main(argc, argv, "planner_tuner", run); }
+int main(int argc, char** argv) { return examples::run_main(argc, argv, "planner_tuner", run); }

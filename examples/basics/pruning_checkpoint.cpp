@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "run_main.hpp"
+#include "../common/run_main.hpp"
 
 using sync_t =
     pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
@@ -77,4 +77,6 @@ int run() {
   return wrong == 0 && differ == 0 && resumed_pruner.current_step() == 6 ? 0 : 1;
 }
 
-int main(int argc, char** argv) { return basics::run_main(argc, argv, "pruning_checkpoint", run); }
+int main(int argc, char** argv) {
+  return examples::run_main(argc, argv, "pruning_checkpoint", run);
+}

@@ -20,6 +20,7 @@
 #include <pactrain/cuda/sync.cuh>
 #include <pactrain/pactrain.hpp>
 
+#include "../common/run_main.hpp"
 #include "../fmnist/idx.hpp"
 
 #include <cublas_v2.h>
@@ -390,19 +391,11 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = 0;
-  if (pactrain::detail::cuda_device_count() == 0) {
-    std::printf("cuda_mlp: no CUDA device found\n");
-    rc = 77;
-  } else {
-    try {
-      rc = run(argc, argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "cuda_mlp: %s\n", e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
+  return examples::run_main(argc, argv, "cuda_mlp", [&] {
+    if (pactrain::detail::cuda_device_count() == 0) {
+      std::printf("cuda_mlp: no CUDA device found\n");
+      return 77;
     }
-  }
-  MPI_Finalize();
-  return rc;
+    return run(argc, argv);
+  });
 }

@@ -37,6 +37,7 @@
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
 //                             backward has produced them (submit_bucket); off: one
 //                             sync.allreduce after backward; the same bits either way [on]
+#include "common/run_main.hpp"
 #include "fmnist/idx.hpp"
 #include "fmnist/mlp.hpp"
 #include "fmnist/trainer.hpp"
@@ -455,17 +456,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int rc = 0;
-  try {
-    rc = run(argc, argv);
-  } catch (const std::exception& e) {
-    // Option errors and pactrain errors are raised on every rank alike: report once.
-    if (rank == 0) std::fprintf(stderr, "pactrain_fmnist: %s\n", e.what());
-    rc = 2;
-  }
-  MPI_Finalize();
-  return rc;
+  return examples::run_main(argc, argv, "pactrain_fmnist", [&] { return run(argc, argv); });
 }

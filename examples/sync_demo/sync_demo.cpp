@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/run_main.hpp"
+
 namespace {
 
 struct options {
@@ -188,14 +190,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = 0;
-  try {
-    rc = run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pactrain_sync_demo: %s\n", e.what());
-    rc = 2;
-  }
-  MPI_Finalize();
-  return rc;
+  return examples::run_main(argc, argv, "pactrain_sync_demo", [&] { return run(argc, argv); });
 }
