@@ -89,27 +89,36 @@ function(pactrain_add_unit_test source)
   set_tests_properties(unit.${stem} PROPERTIES LABELS unit TIMEOUT ${PACTRAIN_TEST_TIMEOUT})
 endfunction()
 
-# pactrain_add_mpi_test(<source> [NAME <name>]): a doctest executable pactrain_mpi_<name>
-# linked with the shared MPI-aware doctest main, registered once per rank count N in
-# PACTRAIN_MPI_TEST_RANKS as ctest test mpi.<name>.np<N>, label mpi. <name> defaults to the
-# file's stem.
+# pactrain_add_mpi_test(<source> [NAME <name>] [LABEL <label>] [RANKS <n>...]): a doctest
+# executable pactrain_<label>_<name> linked with the shared MPI-aware doctest main, registered once
+# per rank count N in RANKS (default PACTRAIN_MPI_TEST_RANKS) as ctest test <label>.<name>.np<N>.
+# <label> defaults to mpi, <name> to the file's stem.
 function(pactrain_add_mpi_test source)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME" "")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME;LABEL" "RANKS")
   pactrain_test_stem(stem "${source}")
   if(arg_NAME)
     set(stem ${arg_NAME})
   endif()
-  set(target pactrain_mpi_${stem})
-  pactrain_test_executable(${target} ${stem} mpi "${source}" pactrain_mpi_doctest_main pactrain::mpi)
+  set(label mpi)
+  if(arg_LABEL)
+    set(label ${arg_LABEL})
+  endif()
+  set(rank_counts ${PACTRAIN_MPI_TEST_RANKS})
+  if(arg_RANKS)
+    set(rank_counts ${arg_RANKS})
+  endif()
+  set(target pactrain_${label}_${stem})
+  pactrain_test_executable(${target} ${stem} ${label} "${source}" pactrain_mpi_doctest_main
+    pactrain::mpi)
 
-  foreach(ranks IN LISTS PACTRAIN_MPI_TEST_RANKS)
-    set(test mpi.${stem}.np${ranks})
+  foreach(ranks IN LISTS rank_counts)
+    set(test ${label}.${stem}.np${ranks})
     add_test(NAME ${test}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks}
               ${PACTRAIN_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
               $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
     set_tests_properties(${test} PROPERTIES
-      LABELS mpi
+      LABELS ${label}
       TIMEOUT ${PACTRAIN_TEST_TIMEOUT}
       # ctest -jN then counts every rank, and does not start 4-rank tests side by side on a
       # 2-core machine.

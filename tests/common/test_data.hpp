@@ -34,6 +34,18 @@ std::vector<T> values(std::size_t n, std::uint64_t seed, std::uint64_t rank = 0)
   return v;
 }
 
+/// m / 8 with |m| <= limit: with limit 255 (half) or 15 (bf16) every partial sum over up to 4
+/// ranks is representable, so 16-bit reductions are exact in any order.
+inline std::vector<float> small_values(std::size_t n, std::uint64_t seed, std::uint64_t rank,
+                                       int limit) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto m = static_cast<int>(hash3(seed, rank, i) % (2 * limit + 1)) - limit;
+    v[i] = static_cast<float>(m) / 8.0f;
+  }
+  return v;
+}
+
 /// Keeps each entry with probability `density`, decided by a hash of (seed, i).
 inline bitmap_mask random_mask(std::size_t n, double density, std::uint64_t seed) {
   const auto threshold = static_cast<std::uint64_t>(density * 18446744073709551615.0);

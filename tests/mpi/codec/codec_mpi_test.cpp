@@ -35,17 +35,6 @@ param_layout test_layout(std::size_t capacity) {
   return l;
 }
 
-// m / 8 with |m| <= limit: with limit 255 (half) or 15 (bf16) every partial sum over up to 4
-// ranks is representable, so 16-bit reductions are exact in any order.
-std::vector<float> small_values(std::size_t n, std::uint64_t seed, std::uint64_t rank, int limit) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto m = static_cast<int>(test::hash3(seed, rank, i) % (2 * limit + 1)) - limit;
-    v[i] = static_cast<float>(m) / 8.0f;
-  }
-  return v;
-}
-
 std::size_t bad_entries(const std::vector<float>& a, const std::vector<float>& b) {
   std::size_t bad = a.size() != b.size();
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
@@ -193,7 +182,7 @@ void check_cast_codec(int limit) {
       for (const auto& m : masks) kept += m.count();
       for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
         s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
-        auto g = small_values(l.total_size(), 40, world_rank(), limit);
+        auto g = test::small_values(l.total_size(), 40, world_rank(), limit);
         // Reference: the dense float sum of the masked (already representable) values.
         auto want = test::masked(l, masks, g);
         MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(want.size()), MPI_FLOAT, MPI_SUM,
