@@ -8,6 +8,8 @@
 #   pactrain_header_check_cuda headers whose path mentions cuda or nccl (nccl.hpp, mpi_cuda.hpp,
 #                              detail/cuda_runtime.hpp), with the host compiler, against
 #                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
+# torch.hpp is not checked here: tests/torch/torch_adapter_test.cpp includes it first, and a
+# LibTorch translation unit costs about 40 s of a 2-core machine.
 # *.cuh headers need nvcc and are skipped; *.inl files are implementation fragments included by
 # a public header, not headers of their own, and are skipped too.
 
@@ -39,6 +41,8 @@ function(pactrain_add_header_check)
          AND (TARGET pactrain::mpi OR NOT header MATCHES "mpi"))
         list(APPEND cuda_sources "${source}")
       endif()
+    elseif(header MATCHES "(^|/)torch[^/]*$")
+      # See the top of this file.
     elseif(header MATCHES "(^|/)mpi[^/]*(/|$)")
       list(APPEND mpi_sources "${source}")
     else()

@@ -27,11 +27,13 @@ if(NOT DEFINED CACHE{PACTRAIN_MPIEXEC_FLAGS})
 endif()
 
 # Environment of every MPI test.
+#  - OMP_NUM_THREADS=1: LibTorch's intra-op threads would oversubscribe the cores (torch tests).
 #  - mpi_yield_when_idle: oversubscribed ranks that busy-poll make small collectives ~200x
 #    slower; yielding keeps the tests fast on machines with fewer cores than ranks.
 #  - btl self,vader with single_copy_mechanism none: shared memory only, without the
 #    cross-memory-attach path that fails where ptrace is restricted (containers).
 set(PACTRAIN_MPI_TEST_ENVIRONMENT
+  OMP_NUM_THREADS=1
   OMPI_MCA_mpi_yield_when_idle=1
   OMPI_MCA_btl=self,vader
   OMPI_MCA_btl_vader_single_copy_mechanism=none)
@@ -94,7 +96,7 @@ endfunction()
 # per rank count N in RANKS (default PACTRAIN_MPI_TEST_RANKS) as ctest test <label>.<name>.np<N>.
 # <label> defaults to mpi, <name> to the file's stem.
 function(pactrain_add_mpi_test source)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME;LABEL" "RANKS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME;LABEL" "RANKS;LIBRARIES")
   pactrain_test_stem(stem "${source}")
   if(arg_NAME)
     set(stem ${arg_NAME})
@@ -109,7 +111,7 @@ function(pactrain_add_mpi_test source)
   endif()
   set(target pactrain_${label}_${stem})
   pactrain_test_executable(${target} ${stem} ${label} "${source}" pactrain_mpi_doctest_main
-    pactrain::mpi)
+    pactrain::mpi ${arg_LIBRARIES})
 
   foreach(ranks IN LISTS rank_counts)
     set(test ${label}.${stem}.np${ranks})

@@ -20,6 +20,7 @@
 #include <pactrain/planner.hpp>
 #include <pactrain/pruning.hpp>
 #include <pactrain/serialize.hpp>
+#include <pactrain/sgd.hpp>
 #include <pactrain/strategy.hpp>
 #include <pactrain/sync.hpp>
 #include <pactrain/sync_options.hpp>

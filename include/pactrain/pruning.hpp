@@ -32,15 +32,10 @@ namespace pactrain {
 
 // --- masks applied to weights and optimizer state ----------------------------------------------
 
-/// Sets the pruned entries of `buffer` (a flat buffer laid out by `layout`: weights, momentum,
-/// any optimizer state) to +0, so pruned weights stay exactly zero. Throws pactrain::error
-/// (touching nothing) on mismatched sizes.
-template <gradient_mask Mask, gradient_value T>
-void apply_masks(const param_layout& layout, const std::vector<Mask>& masks, std::span<T> buffer) {
-  PACTRAIN_EXPECTS(buffer.data() != nullptr || buffer.empty(), "apply_masks: null buffer");
-  PACTRAIN_EXPECTS(buffer.size() == layout.total_size(),
-                   "apply_masks: buffer has " + std::to_string(buffer.size()) +
-                       " entries, the layout " + std::to_string(layout.total_size()));
+namespace detail {
+
+template <gradient_mask Mask>
+void check_masks(const param_layout& layout, const std::vector<Mask>& masks) {
   PACTRAIN_EXPECTS(masks.size() == layout.tensor_count(),
                    "apply_masks: " + std::to_string(masks.size()) + " masks for " +
                        std::to_string(layout.tensor_count()) + " tensors");
@@ -50,15 +45,65 @@ void apply_masks(const param_layout& layout, const std::vector<Mask>& masks, std
                          std::to_string(masks[i].size()) + " entries, the tensor " +
                          std::to_string(layout.tensor(i).size));
   }
-  for (std::size_t i = 0; i < masks.size(); ++i) {
-    T* x = buffer.data() + layout.tensor(i).offset;
-    std::size_t pos = 0;
-    masks[i].for_each_run([&](std::size_t b, std::size_t len) {
-      std::fill(x + pos, x + b, T(0));
-      pos = b + len;
-    });
-    std::fill(x + pos, x + masks[i].size(), T(0));
+}
+
+// One span per tensor of the layout, each of its tensor's size and not null.
+template <class T>
+void check_tensor_spans(const char* op, const param_layout& layout,
+                        std::span<const std::span<T>> tensors) {
+  PACTRAIN_EXPECTS(tensors.size() == layout.tensor_count(),
+                   std::string(op) + ": " + std::to_string(tensors.size()) +
+                       " tensors given, the layout has " + std::to_string(layout.tensor_count()));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = layout.tensor(i);
+    PACTRAIN_EXPECTS(tensors[i].data() != nullptr || tensors[i].empty(),
+                     std::string(op) + ": null buffer for tensor '" + t.name + "'");
+    PACTRAIN_EXPECTS(tensors[i].size() == t.size, std::string(op) + ": tensor '" + t.name +
+                                                      "' has " + std::to_string(tensors[i].size()) +
+                                                      " entries, the layout " +
+                                                      std::to_string(t.size));
   }
+}
+
+template <gradient_mask Mask, class T>
+void apply_mask(const Mask& mask, T* x) {
+  std::size_t pos = 0;
+  mask.for_each_run([&](std::size_t b, std::size_t len) {
+    std::fill(x + pos, x + b, T(0));
+    pos = b + len;
+  });
+  std::fill(x + pos, x + mask.size(), T(0));
+}
+
+}  // namespace detail
+
+/// Sets the pruned entries of `buffer` (a flat buffer laid out by `layout`: weights, momentum,
+/// any optimizer state) to +0, so pruned weights stay exactly zero. Throws pactrain::error
+/// (touching nothing) on mismatched sizes.
+template <gradient_mask Mask, gradient_value T>
+void apply_masks(const param_layout& layout, const std::vector<Mask>& masks, std::span<T> buffer) {
+  PACTRAIN_EXPECTS(buffer.data() != nullptr || buffer.empty(), "apply_masks: null buffer");
+  PACTRAIN_EXPECTS(buffer.size() == layout.total_size(),
+                   "apply_masks: buffer has " + std::to_string(buffer.size()) +
+                       " entries, the layout " + std::to_string(layout.total_size()));
+  detail::check_masks(layout, masks);
+  for (std::size_t i = 0; i < masks.size(); ++i) {
+    detail::apply_mask(masks[i], buffer.data() + layout.tensor(i).offset);
+  }
+}
+
+/// As above for tensors in separate buffers: one span per tensor, in layout order.
+template <gradient_mask Mask, gradient_value T>
+void apply_masks(const param_layout& layout, const std::vector<Mask>& masks,
+                 std::span<const std::span<T>> tensors) {
+  detail::check_tensor_spans("apply_masks", layout, tensors);
+  detail::check_masks(layout, masks);
+  for (std::size_t i = 0; i < masks.size(); ++i) detail::apply_mask(masks[i], tensors[i].data());
+}
+template <gradient_mask Mask, gradient_value T>
+void apply_masks(const param_layout& layout, const std::vector<Mask>& masks,
+                 const std::vector<std::span<T>>& tensors) {
+  apply_masks(layout, masks, std::span<const std::span<T>>(tensors));
 }
 
 // --- the pruner: the mask lifecycle ------------------------------------------------------------
@@ -94,6 +139,35 @@ class pruner {
   /// failure on any rank throws on every rank and leaves the old masks and the step count.
   template <class Sync, gradient_value T>
   bool step(Sync& sync, std::span<const T> weights) {
+    return step_with<T>(sync, [&] { return weights; });
+  }
+
+  /// As above with the weights in separate buffers, one span per tensor in layout order
+  /// (copied into one buffer on update steps only).
+  template <class Sync>
+  bool step(Sync& sync, std::span<const std::span<typename Sync::value_type>> tensors) {
+    using T = typename Sync::value_type;
+    std::vector<T> flat;
+    return step_with<T>(sync, [&] {
+      detail::check_tensor_spans("pruner::step", sync.layout(), tensors);
+      flat.resize(sync.layout().total_size());
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        std::copy(tensors[i].begin(), tensors[i].end(),
+                  flat.begin() + static_cast<std::ptrdiff_t>(sync.layout().tensor(i).offset));
+      }
+      return std::span<const T>(flat);
+    });
+  }
+  template <class Sync>
+  bool step(Sync& sync, const std::vector<std::span<typename Sync::value_type>>& tensors) {
+    return step(sync, std::span<const std::span<typename Sync::value_type>>(tensors));
+  }
+
+ private:
+  // The step; weights() gives the flat weights (it may throw: an update step turns that into
+  // every rank's error).
+  template <class T, class Sync, class Weights>
+  bool step_with(Sync& sync, Weights&& weights) {
     static_assert(std::is_same_v<typename Sync::mask_type, mask_type>,
                   "pruner::step: the sync engine's Mask must be the policy's mask_type");
     if (!agreed_) {
@@ -112,12 +186,12 @@ class pruner {
     std::string failure;
     if (source_ == mask_source::local || sync.get_communicator().size() == 1) {
       try {
-        masks = policy_.compute(sync.layout(), weights, s, prunable_);
+        masks = policy_.compute(sync.layout(), weights(), s, prunable_);
       } catch (const std::exception& e) {
         failure = e.what();
       }
     } else {
-      masks = broadcast_masks(sync, weights, s);
+      masks = broadcast_masks<T>(sync, weights, s);
     }
     if (!failure.empty()) {
       sync.reject_masks(std::move(failure));
@@ -129,6 +203,7 @@ class pruner {
     return true;
   }
 
+ public:
   [[nodiscard]] std::uint64_t current_step() const noexcept { return step_; }
   /// The sparsity of the last committed update (0 before the first).
   [[nodiscard]] double current_sparsity() const noexcept { return sparsity_; }
@@ -182,14 +257,15 @@ class pruner {
   }
 
  private:
-  template <class Sync, class T>
-  std::vector<mask_type> broadcast_masks(Sync& sync, std::span<const T> weights, double s) {
+  template <class T, class Sync, class Weights>
+  std::vector<mask_type> broadcast_masks(Sync& sync, Weights&& weights, double s) {
     auto& comm = sync.get_communicator();
     std::vector<std::byte> blob;
     std::string failure;
     if (comm.rank() == 0) {
       try {
-        for (const auto& m : policy_.compute(sync.layout(), weights, s, prunable_)) {
+        for (const auto& m :
+             policy_.compute(sync.layout(), std::span<const T>(weights()), s, prunable_)) {
           const auto bytes = serialize(m);
           detail::put_u64(blob, bytes.size());
           blob.insert(blob.end(), bytes.begin(), bytes.end());

@@ -8,6 +8,7 @@ PACTRAIN_DEB_PACKAGES=(
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
   clang-14 libclang-rt-14-dev
   dataset-fashion-mnist gnuplot-nox iproute2
+  libtorch-dev
 )
 
 # pactrain_install_deps [package...]: installs whichever of the packages (default:

@@ -5,6 +5,7 @@
 #include <pactrain/error.hpp>
 #include <pactrain/pruning/policies.hpp>  // pruned_count checks a sparsity
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <concepts>
@@ -66,6 +67,31 @@ struct gradual_schedule {
     return t >= start_step && (t - start_step) % interval == 0 &&
            (t - start_step) / interval <= updates;
   }
+  /// The schedule of a run of `total_steps` steps: dense until start * total_steps, then
+  /// `updates` mask updates (fewer if the window has fewer steps) rising to final_sparsity at
+  /// end * total_steps (fractions rounded to the nearest step). Throws pactrain::error unless
+  /// 0 <= start <= end <= 1.
+  [[nodiscard]] static gradual_schedule over_run(std::uint64_t total_steps, double start,
+                                                 double end, double final_sparsity,
+                                                 std::uint64_t updates = 20) {
+    PACTRAIN_EXPECTS(start >= 0.0 && start <= end && end <= 1.0,
+                     "gradual_schedule::over_run: need 0 <= start <= end <= 1");
+    PACTRAIN_EXPECTS(updates > 0, "gradual_schedule::over_run: updates must be positive");
+    const auto at = [&](double f) {
+      return static_cast<std::uint64_t>(std::llround(f * static_cast<double>(total_steps)));
+    };
+    const std::uint64_t first = at(start);
+    const std::uint64_t last = std::max(at(end), first + 1);
+    const std::uint64_t n = std::max<std::uint64_t>(1, std::min(updates, last - first));
+    gradual_schedule g{.initial_sparsity = 0.0,
+                       .final_sparsity = final_sparsity,
+                       .start_step = first,
+                       .interval = std::max<std::uint64_t>(1, (last - first) / n),
+                       .updates = n};
+    g.validate();
+    return g;
+  }
+
   [[nodiscard]] std::uint64_t digest() const noexcept {
     return digest_builder(0x67726164)  // "grad"
         .add(std::bit_cast<std::uint64_t>(initial_sparsity))

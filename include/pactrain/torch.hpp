@@ -1,0 +1,224 @@
+// pactrain/torch.hpp: a LibTorch module's parameters on pactrain (CMake target pactrain::torch).
+//
+//   pactrain::torch_params params(*model);                 // flat parameters, gradients, momentum
+//   sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, params.layout()};
+//   params.broadcast(sync.get_communicator());             // rank 0's initial weights everywhere
+//   pactrain::torch_overlap<sync_t> overlap(params, sync);  // buckets go out during backward
+//   pactrain::sgd opt({.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+//   for (...) {
+//     overlap.begin_step();                                // zeroes the gradients
+//     loss.backward();                                     // each bucket submitted when written
+//     overlap.finish_step();                               // averaged, +0 at pruned entries
+//     opt.step(params.values(), params.grads(), params.momentum());
+//     if (pruner.step(sync, params.values_const())) params.apply_masks(sync.masks());
+//   }
+#pragma once
+
+#include <pactrain/communicator.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/pruning.hpp>
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pactrain {
+
+/// What torch_params takes from a module.
+struct torch_options {
+  /// Entries per bucket (param_layout's default: 4 Mi).
+  std::size_t bucket_capacity = param_layout::default_bucket_capacity;
+  /// Which parameters the pruner may prune; by default those with two or more dimensions
+  /// (linear and embedding matrices, convolution kernels), not biases or norms.
+  std::function<bool(const std::string& name, const torch::Tensor& p)> prunable = {};
+};
+
+/// A module's trainable parameters moved into layout-ordered flat buffers: each parameter
+/// becomes a view of one flat float tensor, its gradient a view of another (gradients as bucket
+/// views, as DDP's gradient_as_bucket_view), and a third holds the optimizer's momentum. A
+/// tensor of shape [d0, d1, ...] is a d0 x (d1 * ...) matrix of the layout, a 0-D or 1-D one a
+/// vector. Parameters must be float32 on the CPU; frozen ones (requires_grad false) are left
+/// out. The module must outlive this object and keep its parameters (no .to(), no new ones).
+class torch_params {
+ public:
+  explicit torch_params(torch::nn::Module& module, torch_options o = {})
+      : layout_(o.bucket_capacity) {
+    const auto named = module.named_parameters(/*recurse=*/true);
+    for (const auto& item : named) {
+      const torch::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;
+      PACTRAIN_EXPECTS(p.scalar_type() == torch::kFloat32 && p.device().is_cpu(),
+                       "torch_params: parameter '" + item.key() +
+                           "' is not a float32 CPU tensor (pactrain's LibTorch adapter binds "
+                           "host float buffers)");
+      const auto n = static_cast<std::size_t>(p.numel());
+      if (p.dim() >= 2) {
+        layout_.add(item.key(), static_cast<std::size_t>(p.size(0)),
+                    n / static_cast<std::size_t>(p.size(0)));
+      } else {
+        layout_.add(item.key(), n);
+      }
+      params_.push_back(p);
+      prunable_.push_back(o.prunable ? o.prunable(item.key(), p) : p.dim() >= 2);
+    }
+    const auto total = static_cast<std::int64_t>(layout_.total_size());
+    values_ = torch::empty({total}, torch::kFloat32);
+    grads_ = torch::zeros({total}, torch::kFloat32);
+    momentum_ = torch::zeros({total}, torch::kFloat32);
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      const auto& t = layout_.tensor(i);
+      const auto at = static_cast<std::int64_t>(t.offset);
+      const auto n = static_cast<std::int64_t>(t.size);
+      values_.narrow(0, at, n).copy_(p.detach().reshape({-1}));
+      p.set_data(values_.narrow(0, at, n).view(p.sizes()));
+      p.mutable_grad() = grads_.narrow(0, at, n).view(p.sizes());
+    }
+  }
+
+  torch_params(const torch_params&) = delete;
+  torch_params& operator=(const torch_params&) = delete;
+
+  [[nodiscard]] const param_layout& layout() const noexcept { return layout_; }
+  /// One flag per tensor of the layout (see torch_options::prunable).
+  [[nodiscard]] const std::vector<bool>& prunable() const noexcept { return prunable_; }
+  /// The bound parameters, in layout order.
+  [[nodiscard]] const std::vector<torch::Tensor>& parameters() const noexcept { return params_; }
+
+  /// The flat buffers, layout().total_size() entries each.
+  [[nodiscard]] std::span<float> values() noexcept { return span_of(values_); }
+  [[nodiscard]] std::span<const float> values_const() noexcept { return span_of(values_); }
+  [[nodiscard]] std::span<float> grads() noexcept { return span_of(grads_); }
+  [[nodiscard]] std::span<float> momentum() noexcept { return span_of(momentum_); }
+  [[nodiscard]] const torch::Tensor& flat_values() const noexcept { return values_; }
+  [[nodiscard]] const torch::Tensor& flat_grads() const noexcept { return grads_; }
+
+  /// Zeroes every gradient in place (Module::zero_grad(true) would unbind them from the flat
+  /// buffer).
+  void zero_grad() {
+    auto g = grads();
+    std::fill(g.begin(), g.end(), 0.0f);
+  }
+
+  /// Collective over `comm`: every rank takes rank `root`'s parameter values (as DDP does at
+  /// construction), so training starts from the same weights everywhere.
+  template <communicator Comm>
+  void broadcast(Comm& comm, int root = 0) {
+    auto v = values();
+    comm.broadcast(std::as_writable_bytes(v), root);
+  }
+
+  /// Sets the pruned entries of the parameters and of the momentum to +0.
+  template <gradient_mask Mask>
+  void apply_masks(const std::vector<Mask>& masks) {
+    pactrain::apply_masks(layout_, masks, values());
+    pactrain::apply_masks(layout_, masks, momentum());
+  }
+
+ private:
+  static std::span<float> span_of(const torch::Tensor& t) noexcept {
+    return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
+  }
+
+  param_layout layout_;
+  std::vector<torch::Tensor> params_;
+  std::vector<bool> prunable_;
+  torch::Tensor values_;
+  torch::Tensor grads_;
+  torch::Tensor momentum_;
+};
+
+/// Hands each bucket to `sync` as soon as backward has written its last gradient, from
+/// AccumulateGrad post hooks (as DDP's reducer does), so its allreduce runs while backward
+/// computes the earlier layers. Bit for bit the result of one sync.allreduce(params.grads())
+/// after backward. One backward per step; parameters that get no gradient are sent by
+/// finish_step (as +0). Both objects must outlive this one; the hooks stay registered but do
+/// nothing once it is destroyed.
+template <class Sync>
+class torch_overlap {
+ public:
+  torch_overlap(torch_params& params, Sync& sync) : state_(std::make_shared<state>(params, sync)) {
+    const auto& layout = params.layout();
+    PACTRAIN_EXPECTS(layout == sync.layout(),
+                     "torch_overlap: the engine's layout is not the parameters' layout");
+    for (std::size_t i = 0; i < params.parameters().size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params.parameters()[i]);
+      PACTRAIN_EXPECTS(acc != nullptr, "torch_overlap: parameter '" + layout.tensor(i).name +
+                                           "' has no gradient accumulator (not a leaf?)");
+      acc->add_post_hook(std::make_unique<hook>(state_, i));
+      accumulators_.push_back(std::move(acc));  // the hooks live as long as their node
+    }
+  }
+  torch_overlap(const torch_overlap&) = delete;
+  torch_overlap& operator=(const torch_overlap&) = delete;
+  ~torch_overlap() { state_->alive = false; }
+
+  /// Local: zeroes the gradients and opens the engine's step over them.
+  void begin_step() {
+    state_->params.zero_grad();
+    state_->sync.begin_step(state_->params.grads());
+    auto& st = *state_;
+    const auto& buckets = st.params.layout().buckets();
+    st.pending.resize(buckets.size());
+    for (std::size_t b = 0; b < buckets.size(); ++b) st.pending[b] = buckets[b].tensor_count;
+    st.written.assign(st.params.parameters().size(), 0);
+    st.twice = false;
+  }
+
+  /// Collective: submits what backward did not reach and waits for the averages. Throws
+  /// pactrain::error (after the step has completed on every rank) if a gradient was written
+  /// twice in the step.
+  void finish_step() {
+    state_->sync.finish_step();
+    PACTRAIN_EXPECTS(!state_->twice,
+                     "torch_overlap: a gradient was written twice in one step (one backward "
+                     "per step; accumulate without overlap and call sync.allreduce)");
+  }
+
+ private:
+  struct state {
+    state(torch_params& p, Sync& s) : params(p), sync(s) {}
+    torch_params& params;
+    Sync& sync;
+    std::vector<std::size_t> pending;   // per bucket: tensors not yet written
+    std::vector<std::uint8_t> written;  // per tensor
+    bool twice = false;
+    bool alive = true;
+  };
+
+  struct hook final : torch::autograd::FunctionPostHook {
+    hook(std::shared_ptr<state> s, std::size_t tensor) : st(std::move(s)), i(tensor) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      auto& s = *st;
+      if (!s.alive || !s.sync.step_open()) return outputs;
+      if (s.written[i] != 0) {
+        s.twice = true;
+        return outputs;
+      }
+      s.written[i] = 1;
+      const std::size_t b = s.params.layout().tensor(i).bucket;
+      if (--s.pending[b] == 0) s.sync.submit_bucket(b);
+      return outputs;
+    }
+    std::shared_ptr<state> st;
+    std::size_t i;
+  };
+
+  std::shared_ptr<state> state_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+}  // namespace pactrain
