@@ -6,12 +6,18 @@
 #include <pactrain/detail/config.hpp>
 #include <pactrain/detail/cpu.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/mask.hpp>
 
+#include <bit>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #if PACTRAIN_HAS_X86_KERNELS
 #define PACTRAIN_SGD_FMA __attribute__((target("avx2,fma"))) PACTRAIN_VECTORIZE
@@ -28,6 +34,16 @@ struct sgd_options {
   double weight_decay = 0;
   bool nesterov = false;
 };
+
+class sgd;
+
+/// The fused optimizer step (sync::finish_step(update)): sgd applied to each tensor's averaged
+/// gradient as the engine hands it over, a sparse bucket's as its kept entries only, so the
+/// dense gradient is never written. Bit for bit finish_step() followed by sgd::step() when the
+/// pruned parameters and momentum are +0 (apply_masks after every commit), since sgd leaves
+/// such entries at +0. Build one per step (sgd::fused); the masks are the engine's.
+template <gradient_mask Mask>
+class sgd_update;
 
 /// SGD over flat float buffers. Per entry, as torch::optim::SGD on a CPU with FMA (its AVX2 and
 /// AVX-512 kernels fuse every `add` with a factor): d = g + wd * p; the first step sets the
@@ -82,7 +98,19 @@ class sgd {
     ++steps_;
   }
 
+  /// The fused form of step() for sync::finish_step(update): `params` and `momentum` laid out
+  /// by `layout`, `masks` the engine's (both must outlive the returned object). Throws
+  /// pactrain::error on mismatched sizes.
+  template <gradient_mask Mask>
+  [[nodiscard]] sgd_update<Mask> fused(const param_layout& layout, const std::vector<Mask>& masks,
+                                       std::span<float> params, std::span<float> momentum) {
+    return sgd_update<Mask>(*this, layout, masks, params, momentum);
+  }
+
  private:
+  template <gradient_mask>
+  friend class sgd_update;
+
   struct factors {
     float wd;       // weight decay
     float m;        // momentum
@@ -113,29 +141,148 @@ class sgd {
     p = std::fma(d, f.neg_lr, p);
   }
 
+  // n entries; the gradient is g[i] * scale (the scatter's one multiply; exact for 1).
   PACTRAIN_ALWAYS_INLINE static void body(const factors& f, float* __restrict p,
                                           const float* __restrict g, float* __restrict buf,
-                                          std::size_t n) noexcept {
+                                          std::size_t n, float scale = 1.0f) noexcept {
     if (f.momentum) {
-      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i], buf[i]);
+      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * scale, buf[i]);
     } else {
       float unused = 0;
-      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i], unused);
+      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * scale, unused);
     }
   }
 
-  static void run(const factors& f, float* p, const float* g, float* buf, std::size_t n) {
-    body(f, p, g, buf, n);
+  // A tensor's kept entries: runs (begin, length) of p and buf, their gradients back to back
+  // in g.
+  PACTRAIN_ALWAYS_INLINE static void body_runs(
+      const factors& f, float* p, const float* g, float* buf,
+      std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) noexcept {
+    for (const auto& [begin, len] : runs) {
+      body(f, p + begin, g, f.momentum ? buf + begin : nullptr, len, scale);
+      g += len;
+    }
+  }
+
+  // A bitmap's kept entries, word by word: a full word as a vector loop, others bit by bit
+  // (at 10% density most words hold a few bits, and a run per bit would cost a call each).
+  PACTRAIN_ALWAYS_INLINE static void body_words(const factors& f, float* p, const float* g,
+                                                float* buf, std::span<const std::uint64_t> words,
+                                                float scale) noexcept {
+    float unused = 0;
+    for (std::size_t wi = 0; wi < words.size(); ++wi) {
+      std::uint64_t w = words[wi];
+      const std::size_t base = wi * 64;
+      if (w == ~0ULL) {
+        body(f, p + base, g, f.momentum ? buf + base : nullptr, 64, scale);
+        g += 64;
+        continue;
+      }
+      while (w != 0) {
+        const std::size_t i = base + static_cast<std::size_t>(std::countr_zero(w));
+        entry(f, p[i], *g++ * scale, f.momentum ? buf[i] : unused);
+        w &= w - 1;
+      }
+    }
+  }
+
+  static void run_words(const factors& f, float* p, const float* g, float* buf,
+                        std::span<const std::uint64_t> words, float scale) {
+    body_words(f, p, g, buf, words, scale);
+  }
+  static void run(const factors& f, float* p, const float* g, float* buf, std::size_t n,
+                  float scale = 1.0f) {
+    body(f, p, g, buf, n, scale);
+  }
+  static void run_runs(const factors& f, float* p, const float* g, float* buf,
+                       std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) {
+    body_runs(f, p, g, buf, runs, scale);
   }
 #if PACTRAIN_HAS_X86_KERNELS
   PACTRAIN_SGD_FMA static void run_fma(const factors& f, float* p, const float* g, float* buf,
-                                       std::size_t n) {
-    body(f, p, g, buf, n);
+                                       std::size_t n, float scale = 1.0f) {
+    body(f, p, g, buf, n, scale);
+  }
+  PACTRAIN_SGD_FMA static void run_words_fma(const factors& f, float* p, const float* g, float* buf,
+                                             std::span<const std::uint64_t> words, float scale) {
+    body_words(f, p, g, buf, words, scale);
+  }
+  PACTRAIN_SGD_FMA static void run_runs_fma(
+      const factors& f, float* p, const float* g, float* buf,
+      std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) {
+    body_runs(f, p, g, buf, runs, scale);
   }
 #endif
 
   sgd_options opt_;
   std::uint64_t steps_ = 0;
+};
+
+template <gradient_mask Mask>
+class sgd_update {
+ public:
+  sgd_update(sgd& opt, const param_layout& layout, const std::vector<Mask>& masks,
+             std::span<float> params, std::span<float> momentum)
+      : opt_(opt),
+        layout_(layout),
+        masks_(masks),
+        params_(params),
+        momentum_(momentum),
+        f_(opt.factors_of(opt.options().momentum != 0)) {
+    PACTRAIN_EXPECTS(params.size() == layout.total_size() &&
+                         (momentum.size() == params.size() || (!f_.momentum && momentum.empty())),
+                     "sgd::fused: " + std::to_string(params.size()) + " parameters and " +
+                         std::to_string(momentum.size()) + " momentum entries, the layout " +
+                         std::to_string(layout.total_size()));
+    PACTRAIN_EXPECTS(masks.size() == layout.tensor_count(),
+                     "sgd::fused: " + std::to_string(masks.size()) + " masks for " +
+                         std::to_string(layout.tensor_count()) + " tensors");
+  }
+
+  /// Tensor i's kept entries: their averaged gradients are payload[k] * scale, in index order.
+  void kept(std::size_t i, std::span<const float> payload, float scale) {
+    const auto& t = layout_.tensor(i);
+    if constexpr (std::same_as<Mask, bitmap_mask>) {
+      float* buf = f_.momentum ? momentum_.data() + t.offset : nullptr;
+      float* p = params_.data() + t.offset;
+      const auto words = masks_[i].words();
+#if PACTRAIN_HAS_X86_KERNELS
+      if (detail::cpu().avx2) return sgd::run_words_fma(f_, p, payload.data(), buf, words, scale);
+#endif
+      return sgd::run_words(f_, p, payload.data(), buf, words, scale);
+    }
+    runs_.clear();
+    masks_[i].for_each_run([&](std::size_t b, std::size_t len) { runs_.emplace_back(b, len); });
+    float* buf = f_.momentum ? momentum_.data() + t.offset : nullptr;
+    float* p = params_.data() + t.offset;
+#if PACTRAIN_HAS_X86_KERNELS
+    if (detail::cpu().avx2) return sgd::run_runs_fma(f_, p, payload.data(), buf, runs_, scale);
+#endif
+    sgd::run_runs(f_, p, payload.data(), buf, runs_, scale);
+  }
+
+  /// Tensor i's whole averaged gradient (a dense bucket's, written back).
+  void dense(std::size_t i, std::span<const float> grad) {
+    const auto& t = layout_.tensor(i);
+    float* buf = f_.momentum ? momentum_.data() + t.offset : nullptr;
+    float* p = params_.data() + t.offset;
+#if PACTRAIN_HAS_X86_KERNELS
+    if (detail::cpu().avx2) return sgd::run_fma(f_, p, grad.data(), buf, grad.size());
+#endif
+    sgd::run(f_, p, grad.data(), buf, grad.size());
+  }
+
+  /// Every tensor has had its update: the step counts.
+  void done() noexcept { ++opt_.steps_; }
+
+ private:
+  sgd& opt_;
+  const param_layout& layout_;
+  const std::vector<Mask>& masks_;
+  std::span<float> params_;
+  std::span<float> momentum_;
+  sgd::factors f_;
+  std::vector<std::pair<std::size_t, std::size_t>> runs_;
 };
 
 }  // namespace pactrain

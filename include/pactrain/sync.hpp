@@ -122,6 +122,32 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   /// collectives and writes the averages back (pruned entries +0). Closes the step.
   void finish_step() { this->finish(); }
 
+  /// Collective: finish_step, fused with the optimizer step. Instead of writing each average
+  /// back, hands it to `update` once every bucket is in and finite: update.kept(tensor,
+  /// payload, scale) for a sparse bucket's tensors (the kept entries' averages are
+  /// payload[k] * scale, in index order; the gradient buffer is not written), update.dense(
+  /// tensor, grad) for a dense bucket's (written back as usual), then update.done(). After a
+  /// non-finite step no update is made and the gradients are written back as finish_step
+  /// writes them. sgd::fused (sgd.hpp) makes such an update.
+  template <class Update>
+  void finish_step(Update& update) {
+    static_assert(
+        requires(std::span<const value_type> v, value_type s, std::size_t i) {
+          update.kept(i, v, s);
+          update.dense(i, v);
+          update.done();
+        },
+        "sync::finish_step(update): update needs kept(tensor, payload, scale), dense(tensor, "
+        "grad) and done()");
+    this->finish(&update);
+  }
+  /// allreduce fused with the optimizer step, as finish_step(update).
+  template <class Update>
+  void allreduce(std::span<value_type> grads, Update& update) {
+    this->begin(grads, "allreduce");
+    finish_step(update);
+  }
+
   /// True between begin_step and the end of finish_step.
   using engine::step_open;
 

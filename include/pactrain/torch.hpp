@@ -181,12 +181,23 @@ class torch_overlap {
   /// twice in the step.
   void finish_step() {
     state_->sync.finish_step();
+    check_single_backward();
+  }
+  /// As above, fused with the optimizer step (sync::finish_step(update), e.g. sgd::fused):
+  /// sparse buckets' gradients are not written back, only the kept weights are updated.
+  template <class Update>
+  void finish_step(Update& update) {
+    state_->sync.finish_step(update);
+    check_single_backward();
+  }
+
+ private:
+  void check_single_backward() const {
     PACTRAIN_EXPECTS(!state_->twice,
                      "torch_overlap: a gradient was written twice in one step (one backward "
                      "per step; accumulate without overlap and call sync.allreduce)");
   }
 
- private:
   struct state {
     state(torch_params& p, Sync& s) : params(p), sync(s) {}
     torch_params& params;

@@ -196,9 +196,11 @@ TEST_CASE("torch_overlap: a second backward in a step is an error after the step
   CHECK(error_of([&] { overlap.finish_step(); }).empty());
 }
 
-TEST_CASE("pactrain::sgd on the flat buffers equals torch::optim::SGD, bit for bit") {
+TEST_CASE("pactrain::sgd on the flat buffers equals torch::optim::SGD, bit for bit, fused too") {
   // The same batch on every rank: the average of P equal gradients is the gradient itself.
-  for (const bool nesterov : {false, true}) {
+  for (const int c : {0, 1, 2}) {  // plain, Nesterov, Nesterov fused
+    const bool nesterov = c > 0;
+    const bool fused = c == 2;
     auto ref = make_net();
     torch::optim::SGD ref_opt(
         ref->parameters(),
@@ -214,8 +216,13 @@ TEST_CASE("pactrain::sgd on the flat buffers equals torch::optim::SGD, bit for b
       ref_opt.step();
       overlap.begin_step();
       loss_of(m, step, 0).backward();
-      overlap.finish_step();
-      opt.step(p.values(), p.grads(), p.momentum());
+      if (fused) {  // the same weights without writing the gradients back
+        auto update = opt.fused(p.layout(), s.masks(), p.values(), p.momentum());
+        overlap.finish_step(update);
+      } else {
+        overlap.finish_step();
+        opt.step(p.values(), p.grads(), p.momentum());
+      }
     }
     std::size_t differ = 0;
     const auto rp = ref->parameters();

@@ -38,10 +38,14 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace pactrain::detail {
+
+/// finish() without a fused update.
+struct no_update {};
 
 template <gradient_mask Mask, class Compactor, communicator Comm, class Codec, class Feedback>
 class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, Feedback>, Mask,
@@ -101,14 +105,16 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     guarded([&] { submit_now(b); });
   }
 
-  void finish() {
+  // `update`: null, or the fused optimizer step (see sync.hpp) that takes the results.
+  template <class Update = no_update>
+  void finish(Update* update = nullptr) {
     if (this->options_.checked) agree_checked();
     current_.check_open("finish_step");
     guarded([&] {
       if (this->options_.checked) {
         for (const auto b : checked_.order) submit_now(b);
       }
-      finish_now();
+      finish_now(update);
     });
   }
 
@@ -168,7 +174,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     }
   }
 
-  void finish_now() {
+  template <class Update>
+  void finish_now(Update* update) {
     send_scaled();
     // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
     // allreduce moves while the next one is compacted; the others wait for one round.
@@ -185,7 +192,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     }
     if (!due.empty()) scales_.reduce_due(this->comm_, current_.stats());
     for (const auto b : due) send(b);
-    complete();
+    complete(update);
   }
 
   // --- checked steps (sync_options::checked) ---
@@ -398,7 +405,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   // Waits for the buckets in submission order, writes them back and judges them finite or
   // not; reduces next step's scales alongside (previous_max); keeps the step's new state only
   // when every bucket is finite; closes the step.
-  void complete() {
+  template <class Update>
+  void complete(Update* update) {
     auto& s = current_.stats();
     const value_type inv_p = value_type(1) / static_cast<value_type>(this->comm_.size());
     // The same on every rank: input sizes follow the agreed masks.
@@ -421,9 +429,15 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
       if (!plain(b) && !region.empty()) {
         this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
       }
-      // Plain buckets hold the sum; decode gave the mean.
-      buckets().expand(b, sparse, region, current_, plain(b) ? inv_p : value_type(1));
-      if (!finite_result(b, sparse, region)) current_.mark_nonfinite(b);
+      // Plain buckets hold the sum; decode gave the mean. A fused update reads a sparse
+      // bucket's payload itself, after every verdict: nothing is written back.
+      const value_type scale = plain(b) ? inv_p : value_type(1);
+      const bool written = update == nullptr || !sparse;
+      if (written) buckets().expand(b, sparse, region, current_, scale);
+      if (!finite_result(b, sparse, region)) {
+        current_.mark_nonfinite(b);
+        if (!written) buckets().expand(b, sparse, region, current_, scale);
+      }
     }
     scales_.wait_next(s);
     for (std::size_t b = 0; b < current_.buckets(); ++b) {
@@ -436,6 +450,19 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
       }
     }
     const bool finite = current_.nonfinite_count() == 0;
+    if constexpr (!std::is_same_v<Update, no_update>) {
+      phase_timer t(s.scatter_seconds);
+      if (finite) {
+        update_all(*update, inv_p);
+      } else {  // no update (GradScaler's skip): write back what is not written yet
+        for (const auto b : order) {
+          if (is_sparse(this->strategies_[b]) && !current_.nonfinite(b)) {
+            buckets().expand(b, true, current_.region(b), current_,
+                             plain(b) ? inv_p : value_type(1));
+          }
+        }
+      }
+    }
     scales_.finish_next(this->codec_, finite);
     if constexpr (feedback) {
       if (finite) residual_.swap(residual_next_);
@@ -443,6 +470,28 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     s.nonfinite_buckets = current_.nonfinite_count();
     current_.close();
     this->end_step(s, current_.start());
+  }
+
+  // The fused step: every tensor's result to the update, a sparse bucket's as its payload
+  // (kept entries, in index order) with the scale the scatter would apply, a dense bucket's as
+  // the written-back tensor.
+  template <class Update>
+  void update_all(Update& u, value_type inv_p) {
+    const auto io = buckets();
+    const auto& buckets = this->layout_.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const auto& bk = buckets[b];
+      const bool sparse = is_sparse(this->strategies_[b]);
+      const value_type scale = plain(b) ? inv_p : value_type(1);
+      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+        if (sparse) {
+          u.kept(i, std::span<const value_type>(io.tensor_payload(i)), scale);
+        } else {
+          u.dense(i, std::span<const value_type>(current_.view(i)));
+        }
+      }
+    }
+    u.done();
   }
 
   // A coded bucket whose scale or input was not finite: NaN at every kept entry.
