@@ -33,24 +33,72 @@ inline std::size_t pruned_count(std::size_t n, double sparsity) {
 
 namespace detail {
 
+// An unsigned key whose order is the score's (floats by their bits, negatives flipped).
+template <class S>
+auto order_key(S s) noexcept {
+  if constexpr (std::is_floating_point_v<S>) {
+    using K = std::conditional_t<sizeof(S) == 4, std::uint32_t, std::uint64_t>;
+    const auto b = std::bit_cast<K>(s == S(0) ? S(0) : s);  // -0 ties with +0, as in a compare
+    constexpr K sign = K{1} << (8 * sizeof(K) - 1);
+    return (b & sign) != 0 ? static_cast<K>(~b) : static_cast<K>(b | sign);
+  } else {
+    return static_cast<std::make_unsigned_t<S>>(s);
+  }
+}
+
+// Below this many scores, nth_element; above, radix selection.
+inline constexpr std::size_t radix_select_min = 4096;
+
 // Kept flags of the `keep` highest scores among n (score descending, index ascending).
+// Large n: radix selection on the scores' order keys, 16 bits a pass from the top (two
+// sequential passes for float scores, four for double or 64-bit ones) finds the key of the
+// keep-th highest; one more pass keeps every higher key and the lowest-indexed equal ones.
+// Linear time and sequential reads, where nth_element over an index array jumps around.
 template <class Score>
 std::vector<std::uint64_t> top_words(std::size_t n, std::size_t keep, Score&& score) {
   std::vector<std::uint64_t> words(words_for(n), 0);
   if (keep == 0) return words;
-  std::vector<std::size_t> idx(n);
-  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
-  if (keep < n) {
-    const auto before = [&](std::size_t a, std::size_t b) {
-      const auto sa = score(a);
-      const auto sb = score(b);
-      return sa > sb || (sa == sb && a < b);
-    };
-    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(keep - 1), idx.end(),
-                     before);
-    idx.resize(keep);
+  if (keep >= n || n < radix_select_min) {
+    std::vector<std::size_t> idx(n);
+    for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+    if (keep < n) {
+      const auto before = [&](std::size_t a, std::size_t b) {
+        const auto sa = score(a);
+        const auto sb = score(b);
+        return sa > sb || (sa == sb && a < b);
+      };
+      std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(keep - 1), idx.end(),
+                       before);
+      idx.resize(keep);
+    }
+    for (std::size_t i : idx) words[i / 64] |= 1ULL << (i % 64);
+    return words;
   }
-  for (std::size_t i : idx) words[i / 64] |= 1ULL << (i % 64);
+  using K = decltype(order_key(score(std::size_t{0})));
+  constexpr int bits = 8 * static_cast<int>(sizeof(K));
+  std::vector<K> key(n);  // each score once (a random policy's is a hash)
+  for (std::size_t i = 0; i < n; ++i) key[i] = order_key(score(i));
+  std::vector<std::size_t> hist(std::size_t{1} << 16);
+  K prefix = 0;             // the digits of the keep-th highest key found so far
+  K fixed = 0;              // which bits of it are found
+  std::size_t need = keep;  // how many still to take among keys matching the prefix
+  for (int shift = bits - 16; shift >= 0; shift -= 16) {
+    std::fill(hist.begin(), hist.end(), 0);
+    for (const K k : key) {
+      if ((k & fixed) == prefix) ++hist[static_cast<std::size_t>((k >> shift) & 0xffff)];
+    }
+    std::size_t above = 0;
+    std::size_t d = hist.size() - 1;
+    while (above + hist[d] < need) above += hist[d--];
+    need -= above;
+    prefix |= static_cast<K>(static_cast<K>(d) << shift);
+    fixed |= static_cast<K>(K{0xffff} << shift);
+  }
+  // prefix is the keep-th highest key; `need` of the keys equal to it are kept.
+  for (std::size_t i = 0; i < n; ++i) {
+    const K k = key[i];
+    if (k > prefix || (k == prefix && need != 0 && need-- != 0)) words[i / 64] |= 1ULL << (i % 64);
+  }
   return words;
 }
 

@@ -294,3 +294,48 @@ TEST_CASE("block policies drive block-mask engines") {
   CHECK(s.masks()[0].blocks().count() == 63 - pruned_count(63, 0.75));
   CHECK(s.masks()[1].count() == 40);
 }
+
+// The keep highest of n scores (score descending, index ascending), by sorting: the reference.
+template <class S>
+std::vector<bool> top_by_sort(const std::vector<S>& score, std::size_t keep) {
+  std::vector<std::size_t> idx(score.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  std::vector<bool> kept(score.size(), false);
+  for (std::size_t k = 0; k < keep; ++k) kept[idx[k]] = true;
+  return kept;
+}
+
+template <class S>
+void check_selection(const std::vector<S>& score) {
+  const std::size_t n = score.size();
+  for (const std::size_t keep : {std::size_t{0}, std::size_t{1}, n / 10, n / 2, n - 1, n}) {
+    const auto words =
+        pactrain::detail::top_words(n, keep, [&](std::size_t i) { return score[i]; });
+    const auto want = top_by_sort(score, keep);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      wrong += (((words[i / 64] >> (i % 64)) & 1U) != 0) != want[i];
+    CHECK_MESSAGE(wrong == 0, "n " << n << ", keep " << keep);
+  }
+}
+
+TEST_CASE("selection of the highest scores: radix (large n) and nth_element agree with a sort") {
+  for (const std::size_t n :
+       {std::size_t{100}, std::size_t{4095}, std::size_t{4096}, std::size_t{70001}}) {
+    std::vector<float> f(n);
+    std::vector<double> d(n);
+    std::vector<std::uint64_t> u(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t h = test::mix(i);
+      f[i] = static_cast<float>(h % 1000) / 8.0f;  // many ties
+      if (i % 7 == 0) f[i] = -f[i];                // negatives order below; -0 ties with +0
+      d[i] = static_cast<double>(h % 100003) * 1e-3;
+      u[i] = h % 17 == 0 ? 5 : h;  // ties among 64-bit keys
+    }
+    check_selection(f);
+    check_selection(d);
+    check_selection(u);
+  }
+}
