@@ -107,13 +107,14 @@ inline const train_result* find_run(const std::vector<named_run>& runs, std::str
   return nullptr;
 }
 
-/// Rank 0's per-epoch line, under the header print_progress_header writes.
+/// The header of the per-epoch lines.
 inline void print_progress_header() {
   std::printf("%-7s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
               "sparsity", "bytes/step", "step ms", "sync", "prune");
   std::fflush(stdout);
 }
 
+/// One epoch's line of run `run` (rank 0 prints them).
 inline void print_progress(const char* run, const epoch_record& e) {
   std::printf("%-7s %5d %8.4f %8.2f%% %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", run, e.epoch,
               e.train_loss, 100.0 * e.test_accuracy, 100.0 * e.sparsity, e.bytes_per_step,
