@@ -13,7 +13,7 @@
 // Options (defaults in brackets):
 //   --mode all|both|dense|sparse|ternary  which runs [all: dense, sparse, ternary; both: the
 //                             first two]
-//   --epochs N                epochs of each run [6]
+//   --epochs N                epochs of each run [4]
 //   --batch B                 mini-batch per rank [32]
 //   --lr X                    peak learning rate, cosine decay to 0 [0.05]
 //   --momentum X              SGD momentum [0.9]
@@ -83,7 +83,7 @@ const char* const model_name = "conv5x5(1-16)-pool-conv5x5(16-32)-pool-fc(512-12
 
 struct options {
   std::string mode = "all";
-  int epochs = 6;
+  int epochs = 4;
   std::int64_t batch = 32;  // per rank
   double lr = 0.05;
   double momentum = 0.9;
