@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Fashion-MNIST trainer and runs it on 4 MPI ranks (installs what is missing
-# first): a dense run, a run pruned gradually to 90% sparsity, and the same pruned run with
+# Builds a Fashion-MNIST trainer (by default the Eigen MLP of examples/fmnist;
+# PACTRAIN_DEMO=torch-cnn: the LibTorch CNN of examples/torch_cnn) and runs it on 4 MPI ranks
+# (installs what is missing first): a dense run, a run pruned gradually to 90% sparsity, and the same pruned run with
 # its kept entries sent as ternary lanes with error feedback, all with the same seed and
 # epochs, then a side-by-side table (test accuracy, sparsity, bytes sent per step, step
 # time). The JSON summary goes to build/demo/summary.json. Extra arguments go to the trainer
@@ -8,6 +9,8 @@
 #
 #   scripts/demo.sh [trainer args...]          # e.g. --epochs 4, --seed 2, --codec none
 #   PACTRAIN_DEMO_RANKS=2 scripts/demo.sh      # another rank count
+#   PACTRAIN_DEMO=torch-cnn scripts/demo.sh    # the same three runs with a LibTorch CNN
+#                                              # (examples/torch_cnn; needs libtorch-dev)
 #   PACTRAIN_DEMO=sync scripts/demo.sh         # the gradient-sync check (examples/sync_demo)
 set -euo pipefail
 
@@ -26,9 +29,10 @@ fi
 
 demo=${PACTRAIN_DEMO:-fmnist}
 case "$demo" in
-  fmnist) target=pactrain_fmnist ;;
+  fmnist) target=pactrain_fmnist; demo_args=(--sparsity 0.9 --codec ternary) ;;
+  torch-cnn) target=pactrain_torch_cnn; demo_args=(--sparsity 0.9 --mode all) ;;
   sync) target=pactrain_sync_demo ;;
-  *) echo "error: PACTRAIN_DEMO must be fmnist or sync, not '$demo'" >&2; exit 2 ;;
+  *) echo "error: PACTRAIN_DEMO must be fmnist, torch-cnn or sync, not '$demo'" >&2; exit 2 ;;
 esac
 
 echo "== build $target"
@@ -42,6 +46,8 @@ ranks=${PACTRAIN_DEMO_RANKS:-4}
 echo "== run on $ranks ranks"
 # Yielding matters when there are more ranks than cores: busy-polling ranks starve each other.
 export OMPI_MCA_mpi_yield_when_idle=1
+# One LibTorch thread per rank: its thread pools would oversubscribe the cores.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mpirun=(mpiexec -n "$ranks" --allow-run-as-root --oversubscribe)
 
 if [[ $demo == sync ]]; then
@@ -52,7 +58,7 @@ summary=build/demo/summary.json
 mkdir -p build/demo
 rm -f "$summary"
 start=$SECONDS
-"${mpirun[@]}" build/examples/pactrain_fmnist --sparsity 0.9 --codec ternary --summary "$summary" "$@"
+"${mpirun[@]}" "build/examples/$target" "${demo_args[@]}" --summary "$summary" "$@"
 echo "== finished in $((SECONDS - start)) s (including MPI start-up); summary: $summary"
 
 # The trainer printed the table; check the demo's targets against the summary.

@@ -37,8 +37,11 @@
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
 //                             backward has produced them (submit_bucket); off: one
 //                             sync.allreduce after backward; the same bits either way [on]
+#include "common/cli.hpp"
 #include "common/run_main.hpp"
+#include "common/run_report.hpp"
 #include "fmnist/idx.hpp"
+#include "fmnist/load.hpp"
 #include "fmnist/mlp.hpp"
 #include "fmnist/trainer.hpp"
 
@@ -81,41 +84,10 @@ constexpr const char* usage =
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
     "       [--overlap on|off] [--ternary-rows R] [--ternary-scale current|previous]";
 
-double to_double(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  double d = 0;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty()) throw pactrain::error(flag + ": not a number: '" + v + "'");
-  return d;
-}
-
-std::uint64_t to_count(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || v[0] == '-') {
-    throw pactrain::error(flag + ": not a non-negative integer: '" + v + "'");
-  }
-  return n;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) out.push_back(item);
-  return out;
-}
-
 options parse(int argc, char** argv) {
+  using examples::split;
+  using examples::to_count;
+  using examples::to_double;
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -205,90 +177,18 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-std::string join(const std::vector<std::size_t>& v, const char* sep) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
-  return s;
-}
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-// A float setting as it was given (0.1, not 0.100000001).
-std::string num(float v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
-  return buf;
-}
-
-struct named_run {
-  std::string name;  // dense, sparse or ternary
-  fm::train_result result;
-};
-
-const fm::train_result* find_run(const std::vector<named_run>& runs, std::string_view name) {
-  for (const auto& r : runs)
-    if (r.name == name) return &r.result;
-  return nullptr;
-}
-
-std::string run_json(const fm::train_result& r, const char* indent) {
-  std::ostringstream o;
-  const std::string in = indent;
-  o << "{\n";
-  o << in << "  \"test_accuracy\": " << num(r.test_accuracy) << ",\n";
-  o << in << "  \"sparsity\": " << num(r.sparsity) << ",\n";
-  o << in << "  \"kept_weights\": " << r.kept_weights << ",\n";
-  o << in << "  \"prunable_weights\": " << r.prunable_weights << ",\n";
-  o << in << "  \"bytes_per_step\": " << r.bytes_per_step << ",\n";
-  o << in << "  \"dense_bytes_per_step\": " << r.dense_bytes_per_step << ",\n";
-  o << in << "  \"step_seconds\": " << num(r.step_seconds) << ",\n";
-  o << in << "  \"sync_seconds_per_step\": " << num(r.sync_seconds) << ",\n";
-  o << in << "  \"sync_share\": " << num(r.sync_seconds / r.step_seconds) << ",\n";
-  o << in << "  \"prune_seconds_per_step\": " << num(r.prune_seconds) << ",\n";
-  o << in << "  \"steps\": " << r.steps << ",\n";
-  o << in << "  \"mask_updates\": " << r.mask_updates << ",\n";
-  o << in << "  \"train_seconds\": " << num(r.train_seconds) << ",\n";
-  o << in << "  \"total_seconds\": " << num(r.total_seconds) << ",\n";
-  o << in << "  \"weights_agree_across_ranks\": " << (r.weights_agree ? "true" : "false") << ",\n";
-  o << in << "  \"tensors\": [";
-  for (std::size_t i = 0; i < r.layout.tensor_count(); ++i) {
-    const auto& t = r.layout.tensor(i);
-    o << (i ? ", " : "") << "{\"name\": \"" << t.name << "\", \"size\": " << t.size
-      << ", \"kept\": " << r.masks[i].count() << "}";
-  }
-  o << "],\n";
-  o << in << "  \"history\": [\n";
-  for (std::size_t i = 0; i < r.history.size(); ++i) {
-    const auto& h = r.history[i];
-    o << in << "    {\"epoch\": " << h.epoch << ", \"train_loss\": " << num(h.train_loss)
-      << ", \"test_accuracy\": " << num(h.test_accuracy) << ", \"sparsity\": " << num(h.sparsity)
-      << ", \"bytes_per_step\": " << h.bytes_per_step
-      << ", \"step_seconds\": " << num(h.step_seconds)
-      << ", \"sync_seconds_per_step\": " << num(h.sync_seconds) << "}"
-      << (i + 1 < r.history.size() ? "," : "") << "\n";
-  }
-  o << in << "  ]\n" << in << "}";
-  return o.str();
-}
+using examples::join;
+using examples::named_run;
+using examples::num;
 
 void write_summary(const options& o, int ranks, const fm::train_config& cfg,
                    const std::vector<std::size_t>& sizes, std::size_t params,
                    std::size_t train_count, std::size_t test_count,
                    const std::vector<named_run>& runs, double wall) {
-  std::ostringstream j;
-  j << "{\n";
-  j << "  \"pactrain_version\": \"" << pactrain::version_string() << "\",\n";
-  j << "  \"ranks\": " << ranks << ",\n";
-  j << "  \"epochs\": " << cfg.epochs << ",\n";
-  j << "  \"seed\": " << cfg.seed << ",\n";
-  j << "  \"accuracy_unit\": \"fraction\",\n";
-  j << "  \"model\": {\"sizes\": [" << join(sizes, ", ") << "], \"parameters\": " << params
-    << "},\n";
-  j << "  \"config\": {\"batch_per_rank\": " << cfg.batch
+  std::ostringstream model;
+  model << "{\"sizes\": [" << join(sizes, ", ") << "], \"parameters\": " << params << "}";
+  std::ostringstream c;
+  c << "{\"batch_per_rank\": " << cfg.batch
     << ", \"global_batch\": " << cfg.batch * static_cast<std::size_t>(ranks)
     << ", \"lr\": " << num(cfg.lr) << ", \"lr_hold\": " << num(cfg.lr_hold)
     << ", \"lr_schedule\": \"constant for lr_hold of the steps, then cosine to 0\", \"momentum\": "
@@ -297,28 +197,9 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
     << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
     << ", \"scope\": \"" << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
     << "\", \"overlap\": " << (cfg.overlap ? "true" : "false")
-    << ", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "},\n";
-  for (const auto& r : runs) j << "  \"" << r.name << "\": " << run_json(r.result, "  ") << ",\n";
-  // Against dense: accuracy_gap_points and bytes_ratio for sparse, ternary_* for ternary.
-  const auto* dense = find_run(runs, "dense");
-  for (const char* name : {"sparse", "ternary"}) {
-    const auto* r = find_run(runs, name);
-    if (dense == nullptr || r == nullptr) continue;
-    const std::string prefix = std::string(name) == "sparse" ? "" : "ternary_";
-    j << "  \"" << prefix
-      << "accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - r->test_accuracy))
-      << ",\n";
-    j << "  \"" << prefix << "bytes_ratio\": "
-      << num(static_cast<double>(r->bytes_per_step) / static_cast<double>(dense->bytes_per_step))
-      << ",\n";
-  }
-  j << "  \"wall_seconds\": " << num(wall) << "\n}\n";
-
-  const std::filesystem::path p(o.summary);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  std::ofstream f(p);
-  f << j.str();
-  if (!f) throw pactrain::error("cannot write the summary to " + o.summary);
+    << ", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "}";
+  examples::write_summary(o.summary, {ranks, cfg.epochs, cfg.seed, model.str(), c.str()}, runs,
+                          wall);
 }
 
 int run(int argc, char** argv) {
@@ -330,25 +211,10 @@ int run(int argc, char** argv) {
 
   const options o = parse(argc, argv);  // same arguments, same verdict on every rank
 
-  // Every rank reads the files; agree on the outcome before any collective.
   fm::dataset train_set;
   fm::dataset test_set;
-  std::string load_error;
-  try {
-    train_set = fm::load_split(o.data, "train", o.train_limit);
-    test_set = fm::load_split(o.data, "t10k", o.test_limit);
-  } catch (const std::exception& e) {
-    load_error = e.what();
-  }
-  int failed = load_error.empty() ? 0 : 1;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (failed != 0) {
-    if (!load_error.empty() && (rank == 0 || ranks == 1))
-      std::fprintf(stderr, "%s\n", load_error.c_str());
-    if (rank == 0 && load_error.empty())
-      std::fprintf(stderr, "loading the data failed on another rank\n");
+  if (!fm::load_splits(o.data, o.train_limit, o.test_limit, train_set, test_set, MPI_COMM_WORLD))
     return 1;
-  }
 
   std::vector<std::size_t> sizes{train_set.features()};
   sizes.insert(sizes.end(), o.cfg.hidden.begin(), o.cfg.hidden.end());
@@ -375,9 +241,7 @@ int run(int argc, char** argv) {
         o.ternary ? "; ternary run: the same, kept entries sent as ternary lanes with error "
                     "feedback"
                   : "");
-    std::printf("%-6s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
-                "sparsity", "bytes/step", "step ms", "sync", "prune");
-    std::fflush(stdout);
+    examples::print_progress_header();
   }
 
   const auto run_one = [&](const char* name, double sparsity, bool ternary) {
@@ -386,11 +250,7 @@ int run(int argc, char** argv) {
     cfg.ternary = ternary;
     return fm::train(cfg, train_set, test_set, MPI_COMM_WORLD, [&](const fm::epoch_record& e) {
       if (rank != 0) return;
-      std::printf("%-6s %5d %8.4f %8.2f%% %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", name, e.epoch,
-                  e.train_loss, 100.0 * e.test_accuracy, 100.0 * e.sparsity, e.bytes_per_step,
-                  1e3 * e.step_seconds, 100.0 * e.sync_seconds / e.step_seconds,
-                  100.0 * e.prune_seconds / e.step_seconds);
-      std::fflush(stdout);
+      examples::print_progress(name, e);
     });
   };
 
@@ -408,43 +268,8 @@ int run(int argc, char** argv) {
 
   bool agree = true;
   for (const auto& r : runs) agree = agree && r.result.weights_agree;
-  const auto* dense = find_run(runs, "dense");
-
   if (rank == 0) {
-    std::printf("\n%-22s", "");
-    for (const auto& r : runs) std::printf(" %12s", r.name.c_str());
-    std::printf("\n");
-    const auto row = [&](const char* label, auto get) {
-      std::printf("%-22s", label);
-      for (const auto& r : runs) std::printf(" %12s", get(r.result).c_str());
-      std::printf("\n");
-    };
-    const auto fmt = [](const char* f, double v) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, f, v);
-      return std::string(buf);
-    };
-    row("test accuracy",
-        [&](const fm::train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
-    row("weights pruned",
-        [&](const fm::train_result& r) { return fmt("%.1f%%", 100.0 * r.sparsity); });
-    row("bytes sent per step",
-        [&](const fm::train_result& r) { return std::to_string(r.bytes_per_step); });
-    row("step time (ms)",
-        [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.step_seconds); });
-    row("sync time (ms/step)",
-        [&](const fm::train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
-    row("run time (s)", [&](const fm::train_result& r) { return fmt("%.1f", r.total_seconds); });
-    for (const auto& r : runs) {
-      if (dense == nullptr || r.name == "dense") continue;
-      std::printf("accuracy gap %.2f points (dense - %s); %s sends %.1f%% of the dense bytes\n",
-                  100.0 * (dense->test_accuracy - r.result.test_accuracy), r.name.c_str(),
-                  r.name.c_str(),
-                  100.0 * static_cast<double>(r.result.bytes_per_step) /
-                      static_cast<double>(dense->bytes_per_step));
-    }
-    std::printf("total wall time %.1f s; weights bit-identical on all ranks: %s\n", wall,
-                agree ? "yes" : "NO");
+    examples::print_table(runs, wall, agree);
     if (!o.summary.empty()) {
       write_summary(o, ranks, o.cfg, sizes, params, train_set.count, test_set.count, runs, wall);
       std::printf("summary: %s\n", o.summary.c_str());

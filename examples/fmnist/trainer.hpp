@@ -17,6 +17,7 @@
 // bit-identical on every rank, and each rank computes the same masks locally.
 #pragma once
 
+#include "common/run_report.hpp"
 #include "fmnist/idx.hpp"
 #include "fmnist/mlp.hpp"
 
@@ -76,40 +77,9 @@ struct train_config {
   bool overlap = true;
 };
 
-/// Per-epoch progress (every rank has the same values).
-struct epoch_record {
-  int epoch = 0;
-  double train_loss = 0;           // mean over the epoch's steps and all ranks
-  double test_accuracy = 0;        // fraction in [0, 1]
-  double sparsity = 0;             // fraction of prunable weights pruned at the epoch's end
-  std::size_t bytes_per_step = 0;  // payload bytes this rank sent in the epoch's last step
-  double step_seconds = 0;         // mean wall time per step
-  double sync_seconds = 0;         // mean wall time per step inside sync.allreduce
-  double prune_seconds = 0;        // mean wall time per step in pruner.step and apply_masks
-  double epoch_seconds = 0;        // training steps only (no evaluation)
-};
-
-struct train_result {
-  double test_accuracy = 0;
-  double sparsity = 0;
-  std::size_t kept_weights = 0;      // kept entries of the prunable tensors at the end
-  std::size_t prunable_weights = 0;  // entries of the prunable tensors
-  std::size_t bytes_per_step = 0;    // payload bytes each rank sent in the last step
-  std::size_t dense_bytes_per_step = 0;
-  double step_seconds = 0;   // mean wall time per step over the run
-  double sync_seconds = 0;   // mean wall time per step inside sync.allreduce
-  double prune_seconds = 0;  // mean wall time per step in pruner.step and apply_masks
-  double train_seconds = 0;  // all steps (no evaluation)
-  double total_seconds = 0;  // including evaluation
-  std::uint64_t steps = 0;
-  std::size_t steps_per_epoch = 0;
-  std::size_t mask_updates = 0;
-  bool weights_agree = false;  // bit-identical weights on every rank at the end
-  std::vector<epoch_record> history;
-  std::vector<bitmap_mask> masks;  // final masks, in layout order
-  std::vector<float> params;       // final parameters
-  param_layout layout;
-};
+/// The records of an epoch and of a run, shared with the LibTorch example.
+using epoch_record = ::examples::epoch_record;
+using train_result = ::examples::train_result;
 
 /// Normalised features of the selected samples: (pixel / 255 - mean) / std, one row each.
 inline std::vector<float> features(const dataset& d, const std::vector<std::size_t>& samples) {
@@ -176,14 +146,6 @@ inline double evaluate(mlp& model, const std::vector<float>& x, const std::vecto
   }
   MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
   return static_cast<double>(correct) / static_cast<double>(test_count);
-}
-
-inline bool same_on_all_ranks(std::span<const float> v, MPI_Comm comm) {
-  digest_builder d(0x77656967);  // "weig"
-  for (float f : v) d.add(static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(f)));
-  unsigned long long mine[2] = {d.value(), ~d.value()};
-  MPI_Allreduce(MPI_IN_PLACE, mine, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
-  return mine[0] == ~mine[1];
 }
 
 }  // namespace detail
@@ -358,7 +320,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     res.step_seconds = train_seconds / static_cast<double>(step);
     res.sync_seconds = sync_seconds / static_cast<double>(step);
     res.prune_seconds = prune_seconds / static_cast<double>(step);
-    res.weights_agree = detail::same_on_all_ranks(model.params(), comm);
+    res.weights_agree = ::examples::same_on_all_ranks(model.params(), comm);
     res.masks = sync.masks();
     res.params.assign(model.params().begin(), model.params().end());
     res.layout = sync_layout;
