@@ -17,11 +17,15 @@
 //   --epochs N                epochs of each run [17]
 //   --batch B                 mini-batch per rank [128]
 //   --lr X                    peak learning rate [0.1]
+//   --lr-warmup F             fraction of the steps over which the rate rises linearly from 0
+//                             to the peak [0.05]
 //   --lr-hold F               fraction of the steps at the peak rate, then cosine to 0 [0]
+//   --lr-rewind X             pruned runs: after the last mask update, a second cosine from
+//                             X times the peak rate to 0 (0: none) [1]
 //   --momentum X              SGD momentum [0.9]
 //   --weight-decay X          L2 weight decay [0.0001]
 //   --sparsity S              final fraction of weights pruned in the sparse run [0.9]
-//   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.1,0.6]
+//   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.2,0.7]
 //   --prune-updates N         mask updates in the window [20]
 //   --scope global|per-tensor magnitude ranking across all weights or per tensor [global]
 //   --hidden A,B,...          hidden layer sizes [1024,64]
@@ -78,9 +82,9 @@ struct options {
 constexpr const char* usage =
     "usage: pactrain_fmnist [--mode both|dense|sparse|ternary] [--codec none|ternary] [--epochs "
     "N]\n"
-    "       [--batch B] [--lr X] [--lr-hold F] [--momentum X] [--weight-decay X] [--sparsity S] "
-    "[--prune-window A,B]\n"
-    "       [--prune-updates N] [--scope global|per-tensor] [--hidden A,B,...]\n"
+    "       [--batch B] [--lr X] [--lr-warmup F] [--lr-hold F] [--lr-rewind X] [--momentum X]\n"
+    "       [--weight-decay X] [--sparsity S] [--prune-window A,B] [--prune-updates N]\n"
+    "       [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
     "       [--overlap on|off] [--ternary-rows R] [--ternary-scale current|previous]";
 
@@ -110,6 +114,10 @@ options parse(int argc, char** argv) {
       o.cfg.lr = static_cast<float>(to_double(a, v));
     } else if (a == "--lr-hold") {
       o.cfg.lr_hold = to_double(a, v);
+    } else if (a == "--lr-warmup") {
+      o.cfg.lr_warmup = to_double(a, v);
+    } else if (a == "--lr-rewind") {
+      o.cfg.lr_rewind = to_double(a, v);
     } else if (a == "--momentum") {
       o.cfg.momentum = static_cast<float>(to_double(a, v));
     } else if (a == "--weight-decay") {
@@ -169,8 +177,9 @@ options parse(int argc, char** argv) {
   }
   if (!(o.cfg.prune_start >= 0.0 && o.cfg.prune_start < o.cfg.prune_end && o.cfg.prune_end <= 1.0))
     throw pactrain::error("--prune-window: need 0 <= A < B <= 1");
-  if (!(o.cfg.lr_hold >= 0.0 && o.cfg.lr_hold < 1.0))
-    throw pactrain::error("--lr-hold must be in [0, 1)");
+  if (!(o.cfg.lr_warmup >= 0.0 && o.cfg.lr_hold >= 0.0 && o.cfg.lr_warmup + o.cfg.lr_hold < 1.0))
+    throw pactrain::error("need --lr-warmup, --lr-hold >= 0 and --lr-warmup + --lr-hold < 1");
+  if (!(o.cfg.lr_rewind >= 0.0)) throw pactrain::error("--lr-rewind must not be negative");
   if (o.cfg.prune_updates < 1) throw pactrain::error("--prune-updates must be positive");
   for (auto h : o.cfg.hidden)
     if (h == 0) throw pactrain::error("--hidden: layer sizes must be positive");
@@ -190,8 +199,11 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
   std::ostringstream c;
   c << "{\"batch_per_rank\": " << cfg.batch
     << ", \"global_batch\": " << cfg.batch * static_cast<std::size_t>(ranks)
-    << ", \"lr\": " << num(cfg.lr) << ", \"lr_hold\": " << num(cfg.lr_hold)
-    << ", \"lr_schedule\": \"constant for lr_hold of the steps, then cosine to 0\", \"momentum\": "
+    << ", \"lr\": " << num(cfg.lr) << ", \"lr_warmup\": " << num(cfg.lr_warmup)
+    << ", \"lr_hold\": " << num(cfg.lr_hold) << ", \"lr_rewind\": " << num(cfg.lr_rewind)
+    << ", \"lr_schedule\": \"linear from 0 over lr_warmup of the steps, constant for lr_hold, then "
+       "cosine to 0; pruned runs: "
+       "after the last mask update, cosine from lr_rewind x lr to 0\", \"momentum\": "
     << num(cfg.momentum) << ", \"weight_decay\": " << num(cfg.weight_decay)
     << ", \"target_sparsity\": " << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start)
     << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
@@ -228,16 +240,22 @@ int run(int argc, char** argv) {
         "samples\n",
         pactrain::version_string(), ranks, join(sizes, "-").c_str(), params, train_set.count,
         test_set.count);
+    char rewind[96] = "";
+    if (o.cfg.lr_rewind > 0.0) {
+      std::snprintf(rewind, sizeof rewind, ", then lr back to %g and cosine to 0",
+                    static_cast<double>(o.cfg.lr) * o.cfg.lr_rewind);
+    }
     std::printf(
-        "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %g (held for %.0f%% of the "
-        "steps, then cosine to 0), momentum %g, weight decay %g, seed %llu\n"
+        "%d epochs of %zu steps, batch %zu per rank (%zu global), lr %g (warm-up over %.0f%% of "
+        "the steps, held for %.0f%%, then cosine to 0), momentum %g, weight decay %g, seed %llu\n"
         "sparse run: gradual %s magnitude pruning of the weights to %.0f%% over steps "
-        "%.0f%%-%.0f%%, biases dense%s\n",
+        "%.0f%%-%.0f%%%s, biases dense%s\n",
         o.cfg.epochs, per_epoch, o.cfg.batch, o.cfg.batch * static_cast<std::size_t>(ranks),
-        static_cast<double>(o.cfg.lr), 100.0 * o.cfg.lr_hold, static_cast<double>(o.cfg.momentum),
-        static_cast<double>(o.cfg.weight_decay), static_cast<unsigned long long>(o.cfg.seed),
+        static_cast<double>(o.cfg.lr), 100.0 * o.cfg.lr_warmup, 100.0 * o.cfg.lr_hold,
+        static_cast<double>(o.cfg.momentum), static_cast<double>(o.cfg.weight_decay),
+        static_cast<unsigned long long>(o.cfg.seed),
         o.cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
-        100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end,
+        100.0 * o.sparsity, 100.0 * o.cfg.prune_start, 100.0 * o.cfg.prune_end, rewind,
         o.ternary ? "; ternary run: the same, kept entries sent as ternary lanes with error "
                     "feedback"
                   : "");

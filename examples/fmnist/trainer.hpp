@@ -49,15 +49,22 @@ struct train_config {
   int epochs = 17;
   std::size_t batch = 128;  // per rank
   float lr = 0.1f;          // peak learning rate
-  double lr_hold = 0.0;     // fraction of the steps at the peak, then cosine decay to 0
+  // Fraction of the steps over which the rate rises linearly from 0 to lr: at the full rate
+  // from the first step, the He-initialised MLP's loss jumps and takes epochs to recover.
+  double lr_warmup = 0.05;
+  double lr_hold = 0.0;  // fraction of the steps at the peak, then cosine decay to 0
+  // Pruned runs only: after the last mask update the rate goes back up to lr_rewind x lr and
+  // decays by cosine to 0 again, a second cycle for the final sparse network, which the
+  // nearly spent first cycle leaves underfitted (0: the dense run's schedule throughout).
+  double lr_rewind = 1.0;
   float momentum = 0.9f;
   float weight_decay = 1e-4f;
   std::uint64_t seed = 1;
   double sparsity = 0.0;  // final fraction of prunable weights pruned
   // Gradual pruning window, as fractions of all training steps: dense before prune_start,
   // final sparsity from prune_end on, `prune_updates` mask updates in between.
-  double prune_start = 0.1;
-  double prune_end = 0.6;
+  double prune_start = 0.2;
+  double prune_end = 0.7;
   std::uint64_t prune_updates = 20;
   pruning_scope scope = pruning_scope::global;
   // How kept entries travel: as float, or as ternary lanes (pactrain::ternary_codec, scale
@@ -120,13 +127,32 @@ inline gradual_schedule make_schedule(const train_config& cfg, std::uint64_t tot
                           .updates = updates};
 }
 
-/// The learning rate of step t of n: cfg.lr for the first cfg.lr_hold of the steps, then a
-/// cosine decay to 0 at the end.
-inline float learning_rate(const train_config& cfg, std::uint64_t t, std::uint64_t n) {
+/// The step of a run of `total_steps` steps after which the masks no longer change: the
+/// schedule's last update in a pruned run, total_steps in a dense one.
+inline std::uint64_t last_mask_update(const train_config& cfg, std::uint64_t total_steps) {
+  if (cfg.sparsity <= 0.0) return total_steps;
+  const gradual_schedule s = make_schedule(cfg, total_steps);
+  return std::min(total_steps, s.start_step + s.interval * s.updates);
+}
+
+/// The learning rate of step t of n: a linear rise to cfg.lr over the first cfg.lr_warmup of
+/// the steps, cfg.lr for the next cfg.lr_hold, then a cosine decay to 0 at the end. In a pruned run
+/// with cfg.lr_rewind > 0, the steps after the last mask update (`last_update`) instead follow a
+/// second cosine from lr_rewind x lr to 0.
+inline float learning_rate(const train_config& cfg, std::uint64_t t, std::uint64_t n,
+                           std::uint64_t last_update) {
+  const auto cosine = [](double q) { return 0.5 * (1.0 + std::cos(std::numbers::pi * q)); };
+  if (cfg.lr_rewind > 0.0 && t > last_update && last_update < n) {
+    const double q = static_cast<double>(t - last_update) / static_cast<double>(n - last_update);
+    return cfg.lr * static_cast<float>(cfg.lr_rewind * cosine(q));
+  }
   const double p = static_cast<double>(t) / static_cast<double>(n);
-  if (p < cfg.lr_hold) return cfg.lr;
-  const double q = (p - cfg.lr_hold) / (1.0 - cfg.lr_hold);
-  return cfg.lr * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * q)));
+  if (p < cfg.lr_warmup) {
+    return cfg.lr * static_cast<float>((p + 1.0 / static_cast<double>(n)) / cfg.lr_warmup);
+  }
+  const double decay_from = cfg.lr_warmup + cfg.lr_hold;
+  if (p < decay_from) return cfg.lr;
+  return cfg.lr * static_cast<float>(cosine((p - decay_from) / (1.0 - decay_from)));
 }
 
 namespace detail {
@@ -165,7 +191,9 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   PACTRAIN_EXPECTS(
       cfg.prune_start >= 0.0 && cfg.prune_start < cfg.prune_end && cfg.prune_end <= 1.0,
       "train: need 0 <= prune_start < prune_end <= 1");
-  PACTRAIN_EXPECTS(cfg.lr_hold >= 0.0 && cfg.lr_hold < 1.0, "train: lr_hold must be in [0, 1)");
+  PACTRAIN_EXPECTS(cfg.lr_warmup >= 0.0 && cfg.lr_hold >= 0.0 && cfg.lr_warmup + cfg.lr_hold < 1.0,
+                   "train: need lr_warmup, lr_hold >= 0 and lr_warmup + lr_hold < 1");
+  PACTRAIN_EXPECTS(cfg.lr_rewind >= 0.0, "train: lr_rewind must not be negative");
   PACTRAIN_EXPECTS(train_set.features() == test_set.features(),
                    "train: train and test images differ in size");
 
@@ -201,6 +229,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   // The loop below, over whichever sync engine the config asks for.
   auto run = [&](auto& sync) -> train_result {
     const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
+    const std::uint64_t last_update = last_mask_update(cfg, total_steps);
     // The engine's layout: the model's, or with ternary_rows its weights split by rows. The
     // same entries at the same offsets either way; masks and pruning follow the engine's.
     const param_layout& sync_layout = sync.layout();
@@ -263,7 +292,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           epoch_sync += detail::seconds_since(t0);
         }
 
-        opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps));
+        opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps, last_update));
 
         if (pr) {
           const auto t1 = std::chrono::steady_clock::now();

@@ -1,6 +1,8 @@
 // The Fashion-MNIST trainer (examples/fmnist/trainer.hpp) on a slice of the real data: a
 // short data-parallel run pruned to 90% learns, keeps exactly the target number of weights,
-// holds pruned weights at exactly 0 and ends with the same weights on every rank.
+// holds pruned weights at exactly 0 and ends with the same weights on every rank; and the
+// learning-rate schedule (a warm-up, and in pruned runs a second cycle after the last mask
+// update).
 //
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_mpi_fmnist_training_test
@@ -186,4 +188,43 @@ TEST_CASE("handing buckets over during backward gives the bits of one allreduce 
   }
   CHECK(differ == 0);
   CHECK(a.test_accuracy == b.test_accuracy);
+}
+
+TEST_CASE(
+    "the learning rate warms up; pruned runs start a second cycle after the last mask update") {
+  fm::train_config cfg = slice_config();
+  cfg.lr = 0.1f;
+  CHECK(cfg.lr_rewind == 1.0);  // the default: back to the peak rate
+  const std::uint64_t n = 1000;
+  // Updates at 100, 100 + 62, ..., 100 + 8 * 62 (the window 0.1-0.6 holds 8 intervals of 62).
+  const std::uint64_t last = fm::last_mask_update(cfg, n);
+  CHECK(last == 100 + 8 * 62);
+  fm::train_config dense = cfg;
+  dense.sparsity = 0.0;
+  CHECK(fm::last_mask_update(dense, n) == n);
+
+  // Up to and including the last update, both follow the same schedule.
+  for (std::uint64_t t : {std::uint64_t{0}, std::uint64_t{300}, last}) {
+    CHECK(fm::learning_rate(cfg, t, n, last) == fm::learning_rate(dense, t, n, n));
+  }
+  // The warm-up: 50 steps rising to the peak, where the cosine decay begins.
+  CHECK(cfg.lr_warmup == 0.05);
+  CHECK(fm::learning_rate(cfg, 0, n, last) == doctest::Approx(0.002));
+  for (std::uint64_t t = 0; t < 49; ++t) {
+    CHECK(fm::learning_rate(cfg, t + 1, n, last) > fm::learning_rate(cfg, t, n, last));
+  }
+  CHECK(fm::learning_rate(cfg, 49, n, last) == doctest::Approx(0.1));
+  CHECK(fm::learning_rate(cfg, 50, n, last) == 0.1f);
+  // After it, the pruned run's rate is back near lr_rewind x lr and falls to 0 at the end.
+  CHECK(fm::learning_rate(dense, last + 1, n, n) < 0.045f);
+  CHECK(fm::learning_rate(cfg, last + 1, n, last) == doctest::Approx(0.1).epsilon(1e-3));
+  cfg.lr_rewind = 0.5;
+  CHECK(fm::learning_rate(cfg, last + 1, n, last) == doctest::Approx(0.05).epsilon(1e-3));
+  CHECK(fm::learning_rate(cfg, n - 1, n, last) < 1e-5f);
+  for (std::uint64_t t = last + 1; t + 1 < n; ++t) {
+    CHECK(fm::learning_rate(cfg, t + 1, n, last) <= fm::learning_rate(cfg, t, n, last));
+  }
+  // lr_rewind 0: the pruned run keeps the dense schedule.
+  cfg.lr_rewind = 0.0;
+  CHECK(fm::learning_rate(cfg, last + 1, n, last) == fm::learning_rate(dense, last + 1, n, n));
 }
