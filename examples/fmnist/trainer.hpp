@@ -113,18 +113,8 @@ inline std::vector<std::size_t> shard(std::size_t n, int rank, int ranks) {
 
 /// The gradual schedule of a run of `total_steps` steps (cfg.prune_* are fractions of it).
 inline gradual_schedule make_schedule(const train_config& cfg, std::uint64_t total_steps) {
-  const auto at = [&](double f) {
-    return static_cast<std::uint64_t>(std::llround(f * static_cast<double>(total_steps)));
-  };
-  const std::uint64_t start = at(cfg.prune_start);
-  const std::uint64_t end = std::max(at(cfg.prune_end), start + 1);
-  const std::uint64_t updates =
-      std::max<std::uint64_t>(1, std::min(cfg.prune_updates, end - start));
-  return gradual_schedule{.initial_sparsity = 0.0,
-                          .final_sparsity = cfg.sparsity,
-                          .start_step = start,
-                          .interval = std::max<std::uint64_t>(1, (end - start) / updates),
-                          .updates = updates};
+  return gradual_schedule::over_run(total_steps, cfg.prune_start, cfg.prune_end, cfg.sparsity,
+                                    cfg.prune_updates);
 }
 
 /// The step of a run of `total_steps` steps after which the masks no longer change: the

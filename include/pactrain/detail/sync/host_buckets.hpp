@@ -2,11 +2,13 @@
 // through the compactor: gathered (sparse), as one dense region, and expanded back.
 #pragma once
 
+#include <pactrain/detail/finite.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
 #include <pactrain/layout.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <span>
 
 namespace pactrain::detail {
@@ -85,6 +87,46 @@ struct host_buckets {
       }
       at += dst.size();
     }
+  }
+
+  /// A coded bucket whose scale or input was not finite: NaN at every kept entry, +0 elsewhere.
+  template <class Step>
+  void poison(std::size_t b, bool sparse, std::span<T> region, Step& step) const {
+    std::fill(region.begin(), region.end(), std::numeric_limits<T>::quiet_NaN());
+    expand(b, sparse, region, step, T(1));
+  }
+
+  /// Whether bucket b's written-back result is finite: a sparse bucket's payload, or a dense
+  /// bucket's tensors (pruned entries +0 by now, as the masked dense allreduce gives).
+  template <class Step>
+  [[nodiscard]] bool finite(std::size_t b, bool sparse, std::span<const T> region,
+                            const Step& step) const {
+    if (sparse) return all_finite(region);
+    const auto& bk = layout.buckets()[b];
+    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+      if (!all_finite(std::span<const T>(step.view(i)))) return false;
+    }
+    return true;
+  }
+
+  /// The fused step: every tensor's result to `u` in layout order, a sparse bucket's as its
+  /// payload (kept entries in index order) with the scale the scatter would apply, a dense
+  /// bucket's as the written-back tensor; then u.done(). `kind(b)`: {sparse, scale}.
+  template <class Update, class Kind, class Step>
+  void hand_over(Update& u, Kind&& kind, const Step& step) const {
+    const auto& buckets = layout.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const auto [sparse, scale] = kind(b);
+      const auto& bk = buckets[b];
+      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+        if (sparse) {
+          u.kept(i, std::span<const T>(tensor_payload(i)), scale);
+        } else {
+          u.dense(i, std::span<const T>(step.view(i)));
+        }
+      }
+    }
+    u.done();
   }
 
   /// dst = scale * src at tensor i's kept entries, +0 elsewhere; src may be dst itself.

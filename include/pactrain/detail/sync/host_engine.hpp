@@ -19,9 +19,11 @@
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/agreement.hpp>
 #include <pactrain/detail/finite.hpp>
+#include <pactrain/detail/sync/checked_step.hpp>
 #include <pactrain/detail/sync/core.hpp>
 #include <pactrain/detail/sync/host_buckets.hpp>
 #include <pactrain/detail/sync/host_step.hpp>
+#include <pactrain/detail/sync/host_workspace.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
 #include <pactrain/detail/sync/state_format.hpp>
@@ -98,7 +100,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
 
   void submit(std::size_t b) {
     current_.check_open("submit_bucket");
-    if (this->options_.checked) return request_checked(b);
+    if (this->options_.checked) return checked_.request(b);
     this->check_bucket(b, "submit_bucket");
     PACTRAIN_EXPECTS(!current_.submitted(b), "sync::submit_bucket: bucket " + std::to_string(b) +
                                                  " was already submitted in this step");
@@ -112,7 +114,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     current_.check_open("finish_step");
     guarded([&] {
       if (this->options_.checked) {
-        for (const auto b : checked_.order) submit_now(b);
+        for (const auto b : checked_.order()) submit_now(b);
       }
       finish_now(update);
     });
@@ -195,9 +197,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     complete(update);
   }
 
-  // --- checked steps (sync_options::checked) ---
-  // A rank's mistakes are recorded, not thrown, until finish_step's agreement, which every
-  // rank reaches: begin records bad arguments, submit the order (and bad bucket numbers).
+  // --- checked steps (sync_options::checked; see checked_step.hpp) ---
 
   template <class Views>
   void begin_checked(Views views, const char* op) {
@@ -214,39 +214,11 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     open_step();
   }
 
-  void request_checked(std::size_t b) {
-    if (!checked_.error.empty()) return;
-    if (b >= checked_.requested.size()) {
-      checked_.fail("sync::submit_bucket: bucket " + std::to_string(b) + " of " +
-                    std::to_string(checked_.requested.size()));
-    } else if (checked_.requested[b] != 0) {
-      checked_.fail("sync::submit_bucket: bucket " + std::to_string(b) +
-                    " was already submitted in this step");
-    } else {
-      checked_.requested[b] = 1;
-      checked_.order.push_back(b);
-    }
-  }
-
   // One agreement round: every rank's verdict, the submission order, and what is committed.
   void agree_checked() {
-    agreement_input a;
-    a.layout = &this->layout_;
-    a.operation = "finish_step";
-    a.config_name = "bucket submission orders";
-    if (!current_.open()) {
-      a.local_error = "sync::finish_step: no step is open (call begin_step)";
-    } else {
-      a.local_error = std::move(checked_.error);
-    }
-    digest_builder d(0x6f726472);  // "ordr"
-    d.add(std::span<const std::uint64_t>(checked_.order));
-    a.config_digest = d.value();
-    a.codec_digest = this->codec_digest();
-    a.mask_digests = this->mask_digests_;
-    checked_.error.clear();
     try {
-      agree(this->comm_, a);
+      agree(this->comm_, checked_.agreement(this->layout_, current_.open(), this->codec_digest(),
+                                            this->mask_digests_));
     } catch (...) {
       current_.close();
       scales_.abandon();
@@ -266,28 +238,11 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
                          " needs a communicator that can sum the codec's value_type");
   }
   plan_type build_plan(const Mask& m) const { return this->compactor_.make_plan(m); }
-  // A commit's new buffers: residuals restart at zero, and the previous step's scales no
-  // longer describe the buckets.
-  struct workspace_buffers {
-    huge_vector<value_type> payload;
-    huge_vector<wire_type> wire;
-    huge_vector<value_type> residual;
-    huge_vector<value_type> residual_next;
-    scale_exchange<Codec, Comm> scales;
-  };
-  // May throw: runs before the agreement, so a failure reaches every rank.
+  // A commit's new buffers (host_workspace.hpp); may throw: runs before the agreement, so a
+  // failure reaches every rank.
+  using workspace_buffers = host_workspace_buffers<Codec, Comm, feedback>;
   [[nodiscard]] workspace_buffers allocate_workspace(const workspace_layout& w) const {
-    workspace_buffers n;
-    n.payload.assign(w.payload_size(), value_type(0));
-    if constexpr (!is_identity) {
-      n.wire.assign(w.wire_size(), wire_type{});
-      if constexpr (feedback) {
-        n.residual.assign(w.codec_input_size(), value_type(0));
-        n.residual_next.assign(w.codec_input_size(), value_type(0));
-      }
-      n.scales.reset(w.buckets());
-    }
-    return n;
+    return workspace_buffers::allocate(w);
   }
   void install_workspace(workspace_buffers&& n) noexcept {
     payload_ = std::move(n.payload);
@@ -453,7 +408,12 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     if constexpr (!std::is_same_v<Update, no_update>) {
       phase_timer t(s.scatter_seconds);
       if (finite) {
-        update_all(*update, inv_p);
+        buckets().hand_over(
+            *update,
+            [&](std::size_t k) {
+              return std::pair{is_sparse(this->strategies_[k]), plain(k) ? inv_p : value_type(1)};
+            },
+            current_);
       } else {  // no update (GradScaler's skip): write back what is not written yet
         for (const auto b : order) {
           if (is_sparse(this->strategies_[b]) && !current_.nonfinite(b)) {
@@ -472,49 +432,16 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     this->end_step(s, current_.start());
   }
 
-  // The fused step: every tensor's result to the update, a sparse bucket's as its payload
-  // (kept entries, in index order) with the scale the scatter would apply, a dense bucket's as
-  // the written-back tensor.
-  template <class Update>
-  void update_all(Update& u, value_type inv_p) {
-    const auto io = buckets();
-    const auto& buckets = this->layout_.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto& bk = buckets[b];
-      const bool sparse = is_sparse(this->strategies_[b]);
-      const value_type scale = plain(b) ? inv_p : value_type(1);
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        if (sparse) {
-          u.kept(i, std::span<const value_type>(io.tensor_payload(i)), scale);
-        } else {
-          u.dense(i, std::span<const value_type>(current_.view(i)));
-        }
-      }
-    }
-    u.done();
-  }
-
-  // A coded bucket whose scale or input was not finite: NaN at every kept entry.
   void poison(std::size_t b, bool sparse, std::span<value_type> region) {
-    std::fill(region.begin(), region.end(), std::numeric_limits<value_type>::quiet_NaN());
-    buckets().expand(b, sparse, region, current_, value_type(1));
+    buckets().poison(b, sparse, region, current_);
   }
-
-  // The written-back result: a sparse bucket's payload, or a dense bucket's tensors (their
-  // pruned entries are +0 by now, as the masked dense allreduce would give).
-  [[nodiscard]] bool finite_result(std::size_t b, bool sparse,
-                                   std::span<const value_type> region) const {
-    // A scaled codec decodes to finite values when its scale is finite (codec.hpp), and a
-    // bucket is encoded only then: nothing to read again.
+  // A scaled codec decodes to finite values when its scale is finite (codec.hpp), and a
+  // bucket is encoded only then: nothing to read again.
+  [[nodiscard]] bool finite_result(std::size_t b, bool sparse, std::span<const value_type> region) {
     if constexpr (Codec::uses_scale) {
       if (coded(b)) return true;
     }
-    if (sparse) return all_finite(region);
-    const auto& bk = this->layout_.buckets()[b];
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      if (!all_finite(std::span<const value_type>(current_.view(i)))) return false;
-    }
-    return true;
+    return buckets().finite(b, sparse, region, current_);
   }
 
   huge_vector<value_type> payload_;        // workspaces on huge pages: streamed every step
@@ -523,20 +450,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   huge_vector<value_type> residual_next_;  // the step's new residuals, kept if it is finite
   scale_exchange<Codec, Comm> scales_;
   host_step<value_type, request_type> current_;  // the open step
-  struct checked_step {
-    std::string error;                    // this rank's first mistake in the step
-    std::vector<std::uint64_t> order;     // buckets in order of submit_bucket
-    std::vector<std::uint8_t> requested;  // per bucket
-    void open(std::size_t buckets) {
-      error.clear();
-      order.clear();
-      order.reserve(buckets);
-      requested.assign(buckets, 0);
-    }
-    void fail(std::string what) {
-      if (error.empty()) error = std::move(what);
-    }
-  } checked_;
+  checked_step checked_;                         // sync_options::checked: the step's record
 };
 
 }  // namespace pactrain::detail
