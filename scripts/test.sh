@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds pactrain and runs every test, then repeats the unit and MPI tests under
-# AddressSanitizer + UBSan. Meant for a fresh Debian 12 as root (installs what is missing).
+# Builds pactrain optimised and runs its tests there (examples, soak, LibTorch, fault, consumer,
+# benchmark smoke, CUDA fence), then builds the unit and MPI tests with AddressSanitizer + UBSan
+# and runs them there (each of those is compiled once: in the sanitizer build, or in the
+# optimised one with PACTRAIN_SKIP_ASAN=1). Meant for a fresh Debian 12 as root (installs what
+# is missing).
 # Where nvcc is found (PATH or CUDACXX), the CUDA targets are built too; their gpu-labelled
 # tests report "skipped" without a GPU, the cuda-labelled ones (header fence) run.
 #
@@ -22,11 +25,15 @@ section() { echo "== $*"; }
 
 pactrain_install_deps
 
+unit_tests=OFF
+[[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]] && unit_tests=ON
+
 section "configure (build/, Release)"
 cmake -S . -B build --log-level=WARNING \
   -DCMAKE_BUILD_TYPE=Release \
   -DPACTRAIN_WERROR=ON \
-  -DPACTRAIN_SANITIZE=OFF
+  -DPACTRAIN_SANITIZE=OFF \
+  -DPACTRAIN_UNIT_TESTS=$unit_tests
 
 section "build"
 cmake --build build --parallel "$jobs"
@@ -44,6 +51,7 @@ else
     -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g" \
     -DPACTRAIN_SANITIZE=ON \
+    -DPACTRAIN_UNIT_TESTS=ON \
     -DPACTRAIN_WERROR=ON \
     -DPACTRAIN_HEADER_CHECK=OFF \
     -DPACTRAIN_BUILD_EXAMPLES=OFF \

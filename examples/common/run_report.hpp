@@ -1,7 +1,8 @@
-// What pactrain's Fashion-MNIST trainers report: the record of a run and of each epoch, the
-// check that the weights agree across ranks, the side-by-side table and the JSON summary.
-// Shared by examples/fmnist (Eigen) and examples/torch_cnn (LibTorch), so that both print the
-// same table and write summaries with the same keys.
+// What pactrain's trainers report: the record of a run and of each epoch, the check that the
+// weights agree across ranks, the side-by-side table and the JSON summary. Shared by
+// examples/fmnist (Eigen), examples/torch_cnn and examples/torch_lm (LibTorch), so that all
+// print the same table and write summaries with the same keys; the classifiers report test
+// accuracy, the language model validation loss and bits per byte.
 //
 // Header-only. Build and run a trainer that uses it (from the repository root):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
@@ -19,6 +20,7 @@
 #include <mpi.h>
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,15 +30,24 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace examples {
+
+/// What a trainer's quality is measured by.
+enum class metric {
+  accuracy,       // test accuracy (higher is better); gaps in points
+  bits_per_byte,  // validation bits per byte (lower is better); gaps as ratios
+};
 
 /// Per-epoch progress (every rank has the same values).
 struct epoch_record {
   int epoch = 0;
   double train_loss = 0;           // mean over the epoch's steps and all ranks
-  double test_accuracy = 0;        // fraction in [0, 1]
+  double test_accuracy = 0;        // fraction in [0, 1] (classifiers)
+  double val_loss = 0;             // mean validation loss in nats per byte (language model)
+  double val_bpb = 0;              // validation bits per byte (language model)
   double sparsity = 0;             // fraction of prunable weights pruned at the epoch's end
   std::size_t bytes_per_step = 0;  // payload bytes this rank sent in the epoch's last step
   double step_seconds = 0;         // mean wall time per step
@@ -47,17 +58,20 @@ struct epoch_record {
 
 /// One run of a trainer, dense or pruned.
 struct train_result {
-  double test_accuracy = 0;
+  double test_accuracy = 0;  // at the end (classifiers)
+  double val_loss = 0;       // at the end (language model)
+  double val_bpb = 0;
   double sparsity = 0;
   std::size_t kept_weights = 0;      // kept entries of the prunable tensors at the end
   std::size_t prunable_weights = 0;  // entries of the prunable tensors
   std::size_t bytes_per_step = 0;    // payload bytes each rank sent in the last step
   std::size_t dense_bytes_per_step = 0;
-  double step_seconds = 0;   // mean wall time per step over the run
-  double sync_seconds = 0;   // mean wall time per step inside the sync engine's calls
-  double prune_seconds = 0;  // mean wall time per step in pruner.step and apply_masks
-  double train_seconds = 0;  // all steps (no evaluation)
-  double total_seconds = 0;  // including evaluation
+  double mean_bytes_per_step = 0;  // payload bytes each rank sent per step, over the whole run
+  double step_seconds = 0;         // mean wall time per step over the run
+  double sync_seconds = 0;         // mean wall time per step inside the sync engine's calls
+  double prune_seconds = 0;        // mean wall time per step in pruner.step and apply_masks
+  double train_seconds = 0;        // all steps (no evaluation)
+  double total_seconds = 0;        // including evaluation
   std::uint64_t steps = 0;
   std::size_t steps_per_epoch = 0;
   std::size_t mask_updates = 0;
@@ -83,7 +97,9 @@ inline std::string join(const std::vector<std::size_t>& v, const char* sep) {
   return s;
 }
 
+/// `v` as a JSON number; null where it is not finite (JSON has no Inf or NaN).
 inline std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
@@ -91,6 +107,7 @@ inline std::string num(double v) {
 
 // A float setting as it was given (0.1, not 0.100000001).
 inline std::string num(float v) {
+  if (!std::isfinite(v)) return "null";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
   return buf;
@@ -108,23 +125,30 @@ inline const train_result* find_run(const std::vector<named_run>& runs, std::str
 }
 
 /// The header of the per-epoch lines.
-inline void print_progress_header() {
-  std::printf("%-7s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss", "test acc",
-              "sparsity", "bytes/step", "step ms", "sync", "prune");
+inline void print_progress_header(metric m = metric::accuracy) {
+  std::printf("%-7s %5s %8s %9s %9s %12s %9s %6s %6s\n", "run", "epoch", "loss",
+              m == metric::accuracy ? "test acc" : "val bpb", "sparsity", "bytes/step", "step ms",
+              "sync", "prune");
   std::fflush(stdout);
 }
 
 /// One epoch's line of run `run` (rank 0 prints them).
-inline void print_progress(const char* run, const epoch_record& e) {
-  std::printf("%-7s %5d %8.4f %8.2f%% %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", run, e.epoch,
-              e.train_loss, 100.0 * e.test_accuracy, 100.0 * e.sparsity, e.bytes_per_step,
-              1e3 * e.step_seconds, 100.0 * e.sync_seconds / e.step_seconds,
-              100.0 * e.prune_seconds / e.step_seconds);
+inline void print_progress(const char* run, const epoch_record& e, metric m = metric::accuracy) {
+  char quality[32];
+  if (m == metric::accuracy) {
+    std::snprintf(quality, sizeof quality, "%8.2f%%", 100.0 * e.test_accuracy);
+  } else {
+    std::snprintf(quality, sizeof quality, "%9.4f", e.val_bpb);
+  }
+  std::printf("%-7s %5d %8.4f %s %8.1f%% %12zu %9.2f %5.0f%% %5.0f%%\n", run, e.epoch, e.train_loss,
+              quality, 100.0 * e.sparsity, e.bytes_per_step, 1e3 * e.step_seconds,
+              100.0 * e.sync_seconds / e.step_seconds, 100.0 * e.prune_seconds / e.step_seconds);
   std::fflush(stdout);
 }
 
 /// The side-by-side table of the runs, the gaps to the dense run and the wall time.
-inline void print_table(const std::vector<named_run>& runs, double wall, bool agree) {
+inline void print_table(const std::vector<named_run>& runs, double wall, bool agree,
+                        metric m = metric::accuracy) {
   const auto* dense = find_run(runs, "dense");
   std::printf("\n%-22s", "");
   for (const auto& r : runs) std::printf(" %12s", r.name.c_str());
@@ -139,20 +163,32 @@ inline void print_table(const std::vector<named_run>& runs, double wall, bool ag
     std::snprintf(buf, sizeof buf, f, v);
     return std::string(buf);
   };
-  row("test accuracy",
-      [&](const train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
+  if (m == metric::accuracy) {
+    row("test accuracy",
+        [&](const train_result& r) { return fmt("%.2f%%", 100.0 * r.test_accuracy); });
+  } else {
+    row("val loss (nats/byte)", [&](const train_result& r) { return fmt("%.4f", r.val_loss); });
+    row("val bits per byte", [&](const train_result& r) { return fmt("%.4f", r.val_bpb); });
+  }
   row("weights pruned", [&](const train_result& r) { return fmt("%.1f%%", 100.0 * r.sparsity); });
   row("bytes sent per step",
       [&](const train_result& r) { return std::to_string(r.bytes_per_step); });
+  row("mean bytes per step",
+      [&](const train_result& r) { return fmt("%.0f", r.mean_bytes_per_step); });
   row("step time (ms)", [&](const train_result& r) { return fmt("%.2f", 1e3 * r.step_seconds); });
   row("sync time (ms/step)",
       [&](const train_result& r) { return fmt("%.2f", 1e3 * r.sync_seconds); });
   row("run time (s)", [&](const train_result& r) { return fmt("%.1f", r.total_seconds); });
   for (const auto& r : runs) {
     if (dense == nullptr || r.name == "dense") continue;
-    std::printf("accuracy gap %.2f points (dense - %s); %s sends %.1f%% of the dense bytes\n",
-                100.0 * (dense->test_accuracy - r.result.test_accuracy), r.name.c_str(),
-                r.name.c_str(),
+    if (m == metric::accuracy) {
+      std::printf("accuracy gap %.2f points (dense - %s)",
+                  100.0 * (dense->test_accuracy - r.result.test_accuracy), r.name.c_str());
+    } else {
+      std::printf("bits per byte %+.2f%% (%s against dense)",
+                  100.0 * (r.result.val_bpb / dense->val_bpb - 1.0), r.name.c_str());
+    }
+    std::printf("; %s sends %.1f%% of the dense bytes\n", r.name.c_str(),
                 100.0 * static_cast<double>(r.result.bytes_per_step) /
                     static_cast<double>(dense->bytes_per_step));
   }
@@ -160,16 +196,22 @@ inline void print_table(const std::vector<named_run>& runs, double wall, bool ag
               agree ? "yes" : "NO");
 }
 
-inline std::string run_json(const train_result& r, const char* indent) {
+inline std::string run_json(const train_result& r, const char* indent, metric m) {
   std::ostringstream o;
   const std::string in = indent;
   o << "{\n";
-  o << in << "  \"test_accuracy\": " << num(r.test_accuracy) << ",\n";
+  if (m == metric::accuracy) {
+    o << in << "  \"test_accuracy\": " << num(r.test_accuracy) << ",\n";
+  } else {
+    o << in << "  \"val_loss\": " << num(r.val_loss) << ",\n";
+    o << in << "  \"val_bits_per_byte\": " << num(r.val_bpb) << ",\n";
+  }
   o << in << "  \"sparsity\": " << num(r.sparsity) << ",\n";
   o << in << "  \"kept_weights\": " << r.kept_weights << ",\n";
   o << in << "  \"prunable_weights\": " << r.prunable_weights << ",\n";
   o << in << "  \"bytes_per_step\": " << r.bytes_per_step << ",\n";
   o << in << "  \"dense_bytes_per_step\": " << r.dense_bytes_per_step << ",\n";
+  o << in << "  \"mean_bytes_per_step\": " << num(r.mean_bytes_per_step) << ",\n";
   o << in << "  \"step_seconds\": " << num(r.step_seconds) << ",\n";
   o << in << "  \"sync_seconds_per_step\": " << num(r.sync_seconds) << ",\n";
   o << in << "  \"sync_share\": " << num(r.sync_seconds / r.step_seconds) << ",\n";
@@ -189,9 +231,13 @@ inline std::string run_json(const train_result& r, const char* indent) {
   o << in << "  \"history\": [\n";
   for (std::size_t i = 0; i < r.history.size(); ++i) {
     const auto& h = r.history[i];
-    o << in << "    {\"epoch\": " << h.epoch << ", \"train_loss\": " << num(h.train_loss)
-      << ", \"test_accuracy\": " << num(h.test_accuracy) << ", \"sparsity\": " << num(h.sparsity)
-      << ", \"bytes_per_step\": " << h.bytes_per_step
+    o << in << "    {\"epoch\": " << h.epoch << ", \"train_loss\": " << num(h.train_loss);
+    if (m == metric::accuracy) {
+      o << ", \"test_accuracy\": " << num(h.test_accuracy);
+    } else {
+      o << ", \"val_loss\": " << num(h.val_loss) << ", \"val_bits_per_byte\": " << num(h.val_bpb);
+    }
+    o << ", \"sparsity\": " << num(h.sparsity) << ", \"bytes_per_step\": " << h.bytes_per_step
       << ", \"step_seconds\": " << num(h.step_seconds)
       << ", \"sync_seconds_per_step\": " << num(h.sync_seconds) << "}"
       << (i + 1 < r.history.size() ? "," : "") << "\n";
@@ -208,11 +254,13 @@ struct summary_header {
   std::uint64_t seed = 0;
   std::string model;
   std::string config;
+  metric quality = metric::accuracy;
 };
 
 /// Writes the JSON summary to `path` (creating its folder): the header, one section per run,
-/// the gaps to the dense run (accuracy_gap_points and bytes_ratio for sparse, ternary_* for
-/// ternary) and the wall time. Accuracies are fractions in [0, 1]. Throws pactrain::error if
+/// the gaps to the dense run (accuracy_gap_points, or bits_per_byte_ratio for a language model,
+/// and bytes_ratio for sparse; ternary_* for ternary) and the wall time. Accuracies are
+/// fractions in [0, 1]; values that are not finite are written as null. Throws pactrain::error if
 /// the file cannot be written.
 inline void write_summary(const std::string& path, const summary_header& h,
                           const std::vector<named_run>& runs, double wall) {
@@ -222,18 +270,24 @@ inline void write_summary(const std::string& path, const summary_header& h,
   j << "  \"ranks\": " << h.ranks << ",\n";
   j << "  \"epochs\": " << h.epochs << ",\n";
   j << "  \"seed\": " << h.seed << ",\n";
-  j << "  \"accuracy_unit\": \"fraction\",\n";
+  if (h.quality == metric::accuracy) j << "  \"accuracy_unit\": \"fraction\",\n";
   j << "  \"model\": " << h.model << ",\n";
   j << "  \"config\": " << h.config << ",\n";
-  for (const auto& r : runs) j << "  \"" << r.name << "\": " << run_json(r.result, "  ") << ",\n";
+  for (const auto& r : runs)
+    j << "  \"" << r.name << "\": " << run_json(r.result, "  ", h.quality) << ",\n";
   const auto* dense = find_run(runs, "dense");
   for (const char* name : {"sparse", "ternary"}) {
     const auto* r = find_run(runs, name);
     if (dense == nullptr || r == nullptr) continue;
     const std::string prefix = std::string(name) == "sparse" ? "" : "ternary_";
-    j << "  \"" << prefix
-      << "accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - r->test_accuracy))
-      << ",\n";
+    if (h.quality == metric::accuracy) {
+      j << "  \"" << prefix
+        << "accuracy_gap_points\": " << num(100.0 * (dense->test_accuracy - r->test_accuracy))
+        << ",\n";
+    } else {
+      j << "  \"" << prefix << "bits_per_byte_ratio\": " << num(r->val_bpb / dense->val_bpb)
+        << ",\n";
+    }
     j << "  \"" << prefix << "bytes_ratio\": "
       << num(static_cast<double>(r->bytes_per_step) / static_cast<double>(dense->bytes_per_step))
       << ",\n";
@@ -241,7 +295,9 @@ inline void write_summary(const std::string& path, const summary_header& h,
   j << "  \"wall_seconds\": " << num(wall) << "\n}\n";
 
   const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) throw pactrain::error("cannot write the summary to " + path + ": " + ec.message());
   std::ofstream f(p);
   f << j.str();
   if (!f) throw pactrain::error("cannot write the summary to " + path);

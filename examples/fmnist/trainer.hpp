@@ -17,6 +17,7 @@
 // bit-identical on every rank, and each rank computes the same masks locally.
 #pragma once
 
+#include "common/lr_schedule.hpp"
 #include "common/run_report.hpp"
 #include "fmnist/idx.hpp"
 #include "fmnist/mlp.hpp"
@@ -34,7 +35,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <numbers>
 #include <optional>
 #include <span>
 #include <string>
@@ -121,8 +121,7 @@ inline gradual_schedule make_schedule(const train_config& cfg, std::uint64_t tot
 /// schedule's last update in a pruned run, total_steps in a dense one.
 inline std::uint64_t last_mask_update(const train_config& cfg, std::uint64_t total_steps) {
   if (cfg.sparsity <= 0.0) return total_steps;
-  const gradual_schedule s = make_schedule(cfg, total_steps);
-  return std::min(total_steps, s.start_step + s.interval * s.updates);
+  return ::examples::last_mask_update(make_schedule(cfg, total_steps), total_steps);
 }
 
 /// The learning rate of step t of n: a linear rise to cfg.lr over the first cfg.lr_warmup of
@@ -131,18 +130,9 @@ inline std::uint64_t last_mask_update(const train_config& cfg, std::uint64_t tot
 /// second cosine from lr_rewind x lr to 0.
 inline float learning_rate(const train_config& cfg, std::uint64_t t, std::uint64_t n,
                            std::uint64_t last_update) {
-  const auto cosine = [](double q) { return 0.5 * (1.0 + std::cos(std::numbers::pi * q)); };
-  if (cfg.lr_rewind > 0.0 && t > last_update && last_update < n) {
-    const double q = static_cast<double>(t - last_update) / static_cast<double>(n - last_update);
-    return cfg.lr * static_cast<float>(cfg.lr_rewind * cosine(q));
-  }
-  const double p = static_cast<double>(t) / static_cast<double>(n);
-  if (p < cfg.lr_warmup) {
-    return cfg.lr * static_cast<float>((p + 1.0 / static_cast<double>(n)) / cfg.lr_warmup);
-  }
-  const double decay_from = cfg.lr_warmup + cfg.lr_hold;
-  if (p < decay_from) return cfg.lr;
-  return cfg.lr * static_cast<float>(cosine((p - decay_from) / (1.0 - decay_from)));
+  const ::examples::lr_shape shape{
+      .warmup = cfg.lr_warmup, .hold = cfg.lr_hold, .rewind = cfg.lr_rewind};
+  return cfg.lr * static_cast<float>(::examples::lr_factor(shape, t, n, last_update));
 }
 
 namespace detail {
@@ -243,6 +233,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     double train_seconds = 0;
     double sync_seconds = 0;
     double prune_seconds = 0;
+    double bytes_sent = 0;  // payload bytes this rank sent, over the run
     for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
       // The same permutation of shard positions on every rank.
       for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -283,6 +274,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
         }
 
         opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps, last_update));
+        bytes_sent += static_cast<double>(sync.stats().bytes_sent);
 
         if (pr) {
           const auto t1 = std::chrono::steady_clock::now();
@@ -334,6 +326,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     res.sparsity = res.history.back().sparsity;
     res.bytes_per_step = sync.stats().bytes_sent;
     res.dense_bytes_per_step = sync.stats().dense_bytes;
+    res.mean_bytes_per_step = bytes_sent / static_cast<double>(step);
     res.steps = step;
     res.train_seconds = train_seconds;
     res.step_seconds = train_seconds / static_cast<double>(step);

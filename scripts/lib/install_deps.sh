@@ -8,7 +8,11 @@ PACTRAIN_DEB_PACKAGES=(
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
   clang-14 libclang-rt-14-dev
   dataset-fashion-mnist gnuplot-nox iproute2
-  libtorch-dev
+  libtorch-dev fortunes
+  # LibTorch's matrix products go through the system BLAS, which is otherwise Debian's
+  # reference implementation: 4.6x slower per language-model step here. The serial build,
+  # because each MPI rank runs one thread.
+  libopenblas0-serial
 )
 
 # pactrain_install_deps [package...]: installs whichever of the packages (default:
