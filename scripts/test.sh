@@ -45,6 +45,8 @@ if [[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]]; then
   section "sanitizer build skipped (PACTRAIN_SKIP_ASAN=1)"
 else
   section "sanitizer configure (build-asan/, ASan + UBSan)"
+  # The MPI tests on 1 and 4 ranks: the ends that differ most; 2 ranks run in build/ (the
+  # allocation, LibTorch, training and example tests) and with PACTRAIN_SKIP_ASAN=1.
   # -O0: with both sanitizers, -O1 compiles the template-heavy tests about 5x slower (100 s
   # against 21 s for tests/unit/sync/sync_test.cpp on 2 cores), far more than the tests then run.
   cmake -S . -B build-asan --log-level=WARNING \
@@ -52,6 +54,7 @@ else
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g" \
     -DPACTRAIN_SANITIZE=ON \
     -DPACTRAIN_UNIT_TESTS=ON \
+    "-DPACTRAIN_MPI_TEST_RANKS=1;4" \
     -DPACTRAIN_WERROR=ON \
     -DPACTRAIN_HEADER_CHECK=OFF \
     -DPACTRAIN_BUILD_EXAMPLES=OFF \
@@ -72,8 +75,8 @@ else
 fi
 
 # The libFuzzer targets (tests/fuzz), in their own build with clang-14. Adds about 30 s on 2
-# cores: the four targets build in about 15 s (one translation unit each), then each runs for
-# 5 s over its seeds and checks that the committed seeds are current.
+# cores: the four targets build in about 23 s (one translation unit each), then each runs for
+# 3 s over its seeds and checks that the committed seeds are current.
 fuzz_cxx=${PACTRAIN_FUZZ_CXX:-clang++-14}
 if [[ ${PACTRAIN_SKIP_FUZZ:-0} == 1 ]]; then
   section "fuzz smoke runs skipped (PACTRAIN_SKIP_FUZZ=1)"
@@ -83,6 +86,7 @@ else
   section "fuzz configure (build-fuzz/, libFuzzer + ASan + UBSan)"
   cmake -S tests/fuzz -B build-fuzz --log-level=WARNING \
     -DCMAKE_CXX_COMPILER="$fuzz_cxx" \
+    -DPACTRAIN_FUZZ_SMOKE_SECONDS=3 \
     -DPACTRAIN_WERROR=ON
 
   section "fuzz build"
