@@ -20,6 +20,7 @@
 #include <mpi.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -122,6 +123,11 @@ inline const train_result* find_run(const std::vector<named_run>& runs, std::str
   for (const auto& r : runs)
     if (r.name == name) return &r.result;
   return nullptr;
+}
+
+/// Wall time since `t0`, in seconds.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// The header of the per-epoch lines.

@@ -49,10 +49,6 @@ struct torch_run_options {
   std::uint64_t seed = 1;
 };
 
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 /// One run (collective over `comm`). `sparsity` 0 is the dense baseline: no pruner. `topt`
 /// and `engine_args` (after the communicator and layout) configure the engine. A Task has
 ///   Model model() const;                          // built from the seed, the same on every rank

@@ -137,9 +137,7 @@ inline float learning_rate(const train_config& cfg, std::uint64_t t, std::uint64
 
 namespace detail {
 
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using ::examples::seconds_since;
 
 // Test accuracy: each rank scores its shard of the test set, the counts are summed.
 inline double evaluate(mlp& model, const std::vector<float>& x, const std::vector<std::uint8_t>& y,

@@ -27,7 +27,6 @@
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
 #include <pactrain/detail/sync/state_format.hpp>
-#include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
 #include <pactrain/memory.hpp>
@@ -144,11 +143,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       a.local_error = e.what();
     }
-    digest_builder cd(0x73746174);  // "stat": what must agree across ranks
-    for (const auto s : this->strategies_) cd.add(s.code());
-    cd.add(st.step).add(std::uint64_t{st.scales_ready});
-    for (const float f : st.scales) cd.add(std::uint64_t{std::bit_cast<std::uint32_t>(f)});
-    a.config_digest = cd.value();
+    a.config_digest = loaded_state_digest(this->strategies_, st);
     a.codec_digest = this->codec_digest();
     a.mask_digests = this->mask_digests_;
     agree(this->comm_, a);
@@ -252,15 +247,9 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     if constexpr (!is_identity) scales_ = std::move(n.scales);
   }
 
-  // What the saved state must have been saved with: layout, masks, strategies, codec
-  // settings and rank count.
   [[nodiscard]] std::uint64_t fit_digest() const {
-    digest_builder d(0x66697473);  // "fits"
-    d.add(this->layout_.digest()).add(static_cast<std::uint64_t>(this->comm_.size()));
-    d.add(this->mask_digests_);
-    for (const auto s : this->strategies_) d.add(s.code());
-    if constexpr (requires { this->codec_.digest(); }) d.add(this->codec_.digest());
-    return d.value();
+    return state_fit_digest(this->layout_, this->comm_.size(), this->mask_digests_,
+                            this->strategies_, this->codec_);
   }
 
   // A failure inside a step (a communication error, an allocation) abandons the step, so the

@@ -6,6 +6,7 @@
 // Version 1 had no rank fields; its bytes are refused (they could be another rank's).
 #pragma once
 
+#include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/memory.hpp>
 #include <pactrain/serialize.hpp>
@@ -32,6 +33,32 @@ struct engine_state {
   huge_vector<T> residuals;
   std::vector<float> scales;
 };
+
+// What a saved state must have been saved with: layout, rank count, masks, strategies and
+// codec settings.
+template <class Layout, class Strategies, class Codec>
+[[nodiscard]] std::uint64_t state_fit_digest(const Layout& layout, int ranks,
+                                             const std::vector<std::uint64_t>& mask_digests,
+                                             const Strategies& strategies, const Codec& codec) {
+  digest_builder d(0x66697473);  // "fits"
+  d.add(layout.digest()).add(static_cast<std::uint64_t>(ranks));
+  d.add(mask_digests);
+  for (const auto s : strategies) d.add(s.code());
+  if constexpr (requires { codec.digest(); }) d.add(codec.digest());
+  return d.value();
+}
+
+// What ranks that load a state must agree on, beyond its fit: their strategies, the step
+// counter and the scales.
+template <class T, class Strategies>
+[[nodiscard]] std::uint64_t loaded_state_digest(const Strategies& strategies,
+                                                const engine_state<T>& st) {
+  digest_builder d(0x73746174);  // "stat"
+  for (const auto s : strategies) d.add(s.code());
+  d.add(st.step).add(std::uint64_t{st.scales_ready});
+  for (const float f : st.scales) d.add(std::uint64_t{std::bit_cast<std::uint32_t>(f)});
+  return d.value();
+}
 
 template <class T>
 class state_format {
