@@ -410,12 +410,13 @@ int run(int argc, char** argv) {
         "cosine to 0; pruned runs: rewind %g), momentum %g, weight decay %g, clip %g, seed %llu\n"
         "pruned runs: gradual %s magnitude pruning of the matrices to %.0f%% over steps "
         "%.0f%%-%.0f%%, biases and norms dense; ternary run: kept entries sent as ternary "
-        "lanes with error feedback, one scale per tensor\n",
+        "lanes with error feedback, %s\n",
         r.epochs, per_epoch, static_cast<long long>(r.batch),
         static_cast<long long>(r.batch * o.model.context), r.lr, r.shape.warmup, r.shape.rewind,
         r.momentum, r.weight_decay, r.clip, static_cast<unsigned long long>(r.seed),
         r.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
-        100.0 * o.cli.sparsity, 100.0 * r.prune_start, 100.0 * r.prune_end);
+        100.0 * o.cli.sparsity, 100.0 * r.prune_start, 100.0 * r.prune_end,
+        examples::ternary_scale_text(o.cli).c_str());
     examples::print_progress_header(examples::metric::bits_per_byte);
   }
 

@@ -23,6 +23,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,14 +42,20 @@ struct torch_options {
   /// Which parameters the pruner may prune; by default those with two or more dimensions
   /// (linear and embedding matrices, convolution kernels), not biases or norms.
   std::function<bool(const std::string& name, const torch::Tensor& p)> prunable = {};
+  /// 0: one layout tensor per parameter. Otherwise each parameter of two or more dimensions
+  /// becomes layout tensors of at most this many rows (of its first dimension), named
+  /// "<name>.rows<first row>". With bucket_capacity 1 each block is a bucket of its own, and so
+  /// gets its own ternary scale: the rows of one matrix differ by orders of magnitude too.
+  std::size_t rows_per_tensor = 0;
 };
 
 /// A module's trainable parameters moved into layout-ordered flat buffers: each parameter
 /// becomes a view of one flat float tensor, its gradient a view of another (gradients as bucket
 /// views, as DDP's gradient_as_bucket_view), and a third holds the optimizer's momentum. A
 /// tensor of shape [d0, d1, ...] is a d0 x (d1 * ...) matrix of the layout, a 0-D or 1-D one a
-/// vector. Parameters must be float32 on the CPU; frozen ones (requires_grad false) are left
-/// out. The module must outlive this object and keep its parameters (no .to(), no new ones).
+/// vector (or several row blocks, see torch_options::rows_per_tensor). Parameters must be
+/// float32 on the CPU; frozen ones (requires_grad false) are left out. The module must outlive
+/// this object and keep its parameters (no .to(), no new ones).
 class torch_params {
  public:
   explicit torch_params(torch::nn::Module& module, torch_options o = {})
@@ -62,15 +69,27 @@ class torch_params {
                            "' is not a float32 CPU tensor (pactrain's LibTorch adapter binds "
                            "host float buffers)");
       const auto n = static_cast<std::size_t>(p.numel());
+      first_tensor_.push_back(layout_.tensor_count());
       if (p.dim() >= 2) {
-        layout_.add(item.key(), static_cast<std::size_t>(p.size(0)),
-                    n / static_cast<std::size_t>(p.size(0)));
+        const auto rows = static_cast<std::size_t>(p.size(0));
+        const std::size_t cols = rows == 0 ? 0 : n / rows;
+        const std::size_t block = o.rows_per_tensor == 0 ? rows : o.rows_per_tensor;
+        if (block >= rows) {
+          layout_.add(item.key(), rows, cols);
+        } else {
+          for (std::size_t r = 0; r < rows; r += block) {
+            layout_.add(item.key() + ".rows" + std::to_string(r), std::min(block, rows - r), cols);
+          }
+        }
       } else {
         layout_.add(item.key(), n);
       }
       params_.push_back(p);
-      prunable_.push_back(o.prunable ? o.prunable(item.key(), p) : p.dim() >= 2);
+      names_.push_back(item.key());
+      const bool prune = o.prunable ? o.prunable(item.key(), p) : p.dim() >= 2;
+      prunable_.resize(layout_.tensor_count(), prune);
     }
+    first_tensor_.push_back(layout_.tensor_count());
     const auto total = static_cast<std::int64_t>(layout_.total_size());
     values_ = torch::empty({total}, torch::kFloat32);
     grads_ = torch::zeros({total}, torch::kFloat32);
@@ -78,9 +97,9 @@ class torch_params {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
-      const auto& t = layout_.tensor(i);
-      const auto at = static_cast<std::int64_t>(t.offset);
-      const auto n = static_cast<std::int64_t>(t.size);
+      // A parameter's blocks are consecutive in the layout: it starts at its first one's offset.
+      const auto at = static_cast<std::int64_t>(layout_.tensor(first_tensor_[i]).offset);
+      const auto n = p.numel();
       values_.narrow(0, at, n).copy_(p.detach().reshape({-1}));
       p.set_data(values_.narrow(0, at, n).view(p.sizes()));
       p.mutable_grad() = grads_.narrow(0, at, n).view(p.sizes());
@@ -93,8 +112,16 @@ class torch_params {
   [[nodiscard]] const param_layout& layout() const noexcept { return layout_; }
   /// One flag per tensor of the layout (see torch_options::prunable).
   [[nodiscard]] const std::vector<bool>& prunable() const noexcept { return prunable_; }
-  /// The bound parameters, in layout order.
+  /// The bound parameters, in layout order, and their names.
   [[nodiscard]] const std::vector<torch::Tensor>& parameters() const noexcept { return params_; }
+  [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
+  /// The layout tensors of parameter i: [first, last). One unless rows_per_tensor splits it.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> tensors_of(std::size_t i) const {
+    PACTRAIN_EXPECTS(i < params_.size(), "torch_params::tensors_of: parameter " +
+                                             std::to_string(i) + " of " +
+                                             std::to_string(params_.size()));
+    return {first_tensor_[i], first_tensor_[i + 1]};
+  }
 
   /// The flat buffers, layout().total_size() entries each.
   [[nodiscard]] std::span<float> values() noexcept { return span_of(values_); }
@@ -133,7 +160,9 @@ class torch_params {
 
   param_layout layout_;
   std::vector<torch::Tensor> params_;
-  std::vector<bool> prunable_;
+  std::vector<std::string> names_;
+  std::vector<std::size_t> first_tensor_;  // per parameter, and one past the last
+  std::vector<bool> prunable_;             // per layout tensor
   torch::Tensor values_;
   torch::Tensor grads_;
   torch::Tensor momentum_;
@@ -154,7 +183,7 @@ class torch_overlap {
                      "torch_overlap: the engine's layout is not the parameters' layout");
     for (std::size_t i = 0; i < params.parameters().size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(params.parameters()[i]);
-      PACTRAIN_EXPECTS(acc != nullptr, "torch_overlap: parameter '" + layout.tensor(i).name +
+      PACTRAIN_EXPECTS(acc != nullptr, "torch_overlap: parameter '" + params.names()[i] +
                                            "' has no gradient accumulator (not a leaf?)");
       acc->add_post_hook(std::make_unique<hook>(state_, i));
       accumulators_.push_back(std::move(acc));  // the hooks live as long as their node
@@ -202,8 +231,8 @@ class torch_overlap {
     state(torch_params& p, Sync& s) : params(p), sync(s) {}
     torch_params& params;
     Sync& sync;
-    std::vector<std::size_t> pending;   // per bucket: tensors not yet written
-    std::vector<std::uint8_t> written;  // per tensor
+    std::vector<std::size_t> pending;   // per bucket: layout tensors not yet written
+    std::vector<std::uint8_t> written;  // per parameter
     bool twice = false;
     bool alive = true;
   };
@@ -220,8 +249,11 @@ class torch_overlap {
         return outputs;
       }
       s.written[i] = 1;
-      const std::size_t b = s.params.layout().tensor(i).bucket;
-      if (--s.pending[b] == 0) s.sync.submit_bucket(b);
+      const auto [first, last] = s.params.tensors_of(i);
+      for (std::size_t t = first; t < last; ++t) {
+        const std::size_t b = s.params.layout().tensor(t).bucket;
+        if (--s.pending[b] == 0) s.sync.submit_bucket(b);
+      }
       return outputs;
     }
     std::shared_ptr<state> st;

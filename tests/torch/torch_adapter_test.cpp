@@ -179,6 +179,44 @@ TEST_CASE("torch_overlap: buckets go out during backward, last first, as one all
   CHECK(off == 0);
 }
 
+TEST_CASE("torch_params: row blocks, one bucket each, overlap as one allreduce") {
+  auto a = make_net();
+  auto b = make_net();
+  torch_params pa(*a, {.bucket_capacity = 1, .rows_per_tensor = 5});
+  torch_params pb(*b, {.bucket_capacity = 1});
+  const auto& l = pa.layout();
+  // fc1.weight [16, 64] becomes rows 0-4, 5-9, 10-14 and 15; conv [4, 9] and fc2 [3, 16] fit.
+  REQUIRE(l.tensor_count() == 9);
+  CHECK(l.buckets().size() == 9);
+  CHECK(l.tensor(2).name == "fc1.weight.rows0");
+  CHECK(l.tensor(5).name == "fc1.weight.rows15");
+  CHECK(l.tensor(4).rows == 5);
+  CHECK(l.tensor(5).rows == 1);
+  CHECK(l.tensor(5).cols == 64);
+  CHECK(l.total_size() == pb.layout().total_size());
+  CHECK((pa.prunable() ==
+         std::vector<bool>{true, false, true, true, true, true, false, true, false}));
+  CHECK(pa.tensors_of(2) == std::pair<std::size_t, std::size_t>{2, 6});
+  CHECK(pa.tensors_of(3) == std::pair<std::size_t, std::size_t>{6, 7});
+  CHECK(error_of([&] { (void)pa.tensors_of(6); }).find("parameter 6 of 6") != std::string::npos);
+  CHECK(a->fc2->weight.data_ptr<float>() == pa.values().data() + l.tensor(7).offset);
+  // The same entries at the same offsets: overlap over the blocks is the whole-tensor allreduce.
+  sync_t sa{mpi_communicator{MPI_COMM_WORLD}, l};
+  sync_t sb{mpi_communicator{MPI_COMM_WORLD}, pb.layout()};
+  recording_sync rec(sa);
+  torch_overlap<recording_sync> overlap(pa, rec);
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    overlap.begin_step();
+    loss_of(a, step, world_rank()).backward();
+    CHECK(rec.submitted.size() == 9);  // all from the hooks
+    overlap.finish_step();
+    pb.zero_grad();
+    loss_of(b, step, world_rank()).backward();
+    sb.allreduce(pb.grads());
+    CHECK(same_bits(pa.grads(), pb.grads()));
+  }
+}
+
 TEST_CASE("torch_overlap: a second backward in a step is an error after the step") {
   auto a = make_net();
   torch_params pa(*a);
