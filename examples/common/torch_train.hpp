@@ -188,11 +188,10 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
 
 /// The settings every LibTorch example takes from its command line.
 struct torch_cli {
-  std::string mode = "all";  // all, both (dense and sparse), dense, sparse or ternary
-  double sparsity = 0.9;     // final fraction of the prunable weights pruned
-  std::size_t ternary_rows =
-      0;                // ternary run: one scale per block of this many rows (0: per tensor)
-  std::string summary;  // JSON summary path (none if empty)
+  std::string mode = "all";       // all, both (dense and sparse), dense, sparse or ternary
+  double sparsity = 0.9;          // final fraction of the prunable weights pruned
+  std::size_t ternary_block = 0;  // ternary run: kept entries per scale (0: one per tensor)
+  std::string summary;            // JSON summary path (none if empty)
   torch_run_options run;
 };
 
@@ -201,7 +200,7 @@ constexpr const char* torch_cli_usage =
     "       [--mode all|both|dense|sparse|ternary] [--epochs N] [--batch B] [--lr X]\n"
     "       [--lr-warmup F] [--lr-rewind F] [--momentum X] [--weight-decay X] [--clip X]\n"
     "       [--sparsity S] [--prune-window A,B] [--prune-updates N] [--scope per-tensor|global]\n"
-    "       [--ternary-rows R] [--summary PATH] [--seed N]";
+    "       [--ternary-block B] [--summary PATH] [--seed N]";
 
 /// Reads option `a` with value `v` into `c`; false if `a` is not one of torch_cli's.
 inline bool parse_torch_option(const std::string& a, const std::string& v, torch_cli& c) {
@@ -240,8 +239,8 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
     if (v != "per-tensor" && v != "global")
       throw pactrain::error("--scope: expected per-tensor or global, got '" + v + "'");
     r.scope = v == "global" ? pactrain::pruning_scope::global : pactrain::pruning_scope::per_tensor;
-  } else if (a == "--ternary-rows") {
-    c.ternary_rows = to_count(a, v);
+  } else if (a == "--ternary-block") {
+    c.ternary_block = to_count(a, v);
   } else if (a == "--summary") {
     c.summary = v;
   } else if (a == "--seed") {
@@ -254,8 +253,9 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
 
 /// How the ternary run scales its lanes, for the programs' headers.
 inline std::string ternary_scale_text(const torch_cli& c) {
-  return c.ternary_rows == 0 ? "one scale per tensor"
-                             : "one scale per block of " + std::to_string(c.ternary_rows) + " rows";
+  return c.ternary_block == 0
+             ? "one scale per tensor"
+             : "one scale per block of " + std::to_string(c.ternary_block) + " kept entries";
 }
 
 /// Throws pactrain::error for settings no run can use.
@@ -298,8 +298,8 @@ inline void validate(const torch_cli& c) {
 /// The runs `c.mode` asks for, one after the other on the same task: dense (whole buckets,
 /// no pruner), sparse (pruned to c.sparsity, kept entries as float) and ternary (the sparse run
 /// with kept entries as ternary lanes with error feedback, one bucket and so one scale per
-/// tensor, or per block of c.ternary_rows rows: the layers' gradients differ by orders of
-/// magnitude, and a shared scale would round most of them to 0).
+/// tensor, or per block of c.ternary_block kept entries: the layers' gradients differ by orders
+/// of magnitude, and so do the rows of one matrix; a shared scale would round most to 0).
 template <class Task>
 std::vector<named_run> run_modes(const torch_cli& c, Task& task, metric quality, MPI_Comm comm) {
   using plain_sync =
@@ -324,11 +324,12 @@ std::vector<named_run> run_modes(const torch_cli& c, Task& task, metric quality,
                                            strategy(pactrain::bucket_strategy::sparse))});
   }
   if (wants("ternary")) {
-    runs.push_back({"ternary", torch_train<ternary_sync>(
-                                   c.run, c.sparsity, task, comm, "ternary", quality,
-                                   {.bucket_capacity = 1, .rows_per_tensor = c.ternary_rows},
-                                   pactrain::ternary_codec{{.seed = c.run.seed}},
-                                   strategy(pactrain::bucket_strategy::sparse))});
+    runs.push_back(
+        {"ternary",
+         torch_train<ternary_sync>(
+             c.run, c.sparsity, task, comm, "ternary", quality, {.bucket_capacity = 1},
+             pactrain::ternary_codec{{.seed = c.run.seed, .scale_block = c.ternary_block}},
+             strategy(pactrain::bucket_strategy::sparse))});
   }
   return runs;
 }
@@ -345,8 +346,8 @@ inline std::string config_json(const torch_cli& c, int ranks, const std::string&
          ", \"prune_end\": " + num(r.prune_end) +
          ", \"prune_updates\": " + std::to_string(r.prune_updates) + ", \"scope\": \"" +
          (r.scope == pactrain::pruning_scope::global ? "global" : "per-tensor") +
-         "\", \"ternary_rows\": " + std::to_string(c.ternary_rows) + ", \"overlap\": true" + extra +
-         "}";
+         "\", \"ternary_block\": " + std::to_string(c.ternary_block) + ", \"overlap\": true" +
+         extra + "}";
 }
 
 /// Runs what `c.mode` asks for (run_modes), then on rank 0 prints the side-by-side table and

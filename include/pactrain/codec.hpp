@@ -34,6 +34,9 @@ struct codec_context {
   std::uint64_t step = 0;    // the engine's step counter (seeds stochastic rounding)
   std::uint64_t bucket = 0;  // the bucket: separates random streams within a step
   float scale = 0;           // the shared scale, for codecs with uses_scale
+  /// Codecs with scale blocks (scale_count): one shared scale per block of the bucket's
+  /// input. Empty: `scale` serves every block.
+  std::span<const float> scales = {};
 };
 
 /// Properties of a codec. Specialise for new codecs; the primary template claims nothing.
@@ -53,7 +56,9 @@ concept gradient_codec = gradient_value<typename K::value_type> && requires {
 /// A codec the engine can run per bucket (see the top of this file). A codec with
 /// `uses_scale` also gives local_scale(payload), the statistic the engine reduces with MAX
 /// over ranks into codec_context::scale (Inf or NaN when the payload holds one), and
-/// scale_from_previous_step(); its decode must be finite whenever the scale is.
+/// scale_from_previous_step(); its decode must be finite whenever the scale is. It may give
+/// several scales per bucket: scale_count(n) for an input of n entries, and
+/// local_scales(payload, out), reduced alike into codec_context::scales.
 template <class K>
 concept bucket_codec = gradient_codec<K> &&
     requires(const K& k, std::span<const typename K::value_type> in,

@@ -44,8 +44,9 @@ struct torch_options {
   std::function<bool(const std::string& name, const torch::Tensor& p)> prunable = {};
   /// 0: one layout tensor per parameter. Otherwise each parameter of two or more dimensions
   /// becomes layout tensors of at most this many rows (of its first dimension), named
-  /// "<name>.rows<first row>". With bucket_capacity 1 each block is a bucket of its own, and so
-  /// gets its own ternary scale: the rows of one matrix differ by orders of magnitude too.
+  /// "<name>.rows<first row>", each with its own mask ranking (per-tensor pruning scope) and,
+  /// with bucket_capacity 1, its own bucket (collective and ternary scale). For finer ternary
+  /// scales alone, ternary_options::scale_block costs no extra collectives.
   std::size_t rows_per_tensor = 0;
 };
 

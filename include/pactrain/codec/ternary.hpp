@@ -42,6 +42,12 @@ struct ternary_options {
   /// Bits per lane. 0 (default) takes the least that cannot carry, ceil(log2(2P + 1)); a
   /// smaller value is refused, a larger one (up to 32) wastes bits.
   unsigned lane_bits = 0;
+  /// 0 (default): one scale per bucket. B > 0: one scale per block of B consecutive entries
+  /// of a bucket's codec input (its kept entries, in order, for a sparse bucket), all reduced
+  /// in the bucket's one scale round. Gradients differ by orders of magnitude between layers
+  /// and between the rows of one matrix; a shared scale far above most entries rounds them
+  /// to 0 or the full scale, and that noise slows training. Each scale costs a word per round.
+  std::size_t scale_block = 0;
 };
 
 /// Stochastic ternary values in integer lanes that sum over P ranks without carrying: decode is
@@ -101,6 +107,25 @@ class ternary_codec {
     return std::bit_cast<float>(detail::largest_magnitude_bits(in));
   }
 
+  /// Scales of a codec input of n entries: 1, or ceil(n / scale_block) (at least 1).
+  [[nodiscard]] std::size_t scale_count(std::size_t n) const noexcept {
+    return opt_.scale_block == 0 || n == 0 ? 1 : (n - 1) / opt_.scale_block + 1;
+  }
+
+  /// local_scale of each block: out[k] for entries [k B, (k + 1) B). Throws pactrain::error
+  /// unless out has scale_count(in.size()) entries.
+  void local_scales(std::span<const float> in, std::span<float> out) const {
+    PACTRAIN_EXPECTS(out.size() == scale_count(in.size()),
+                     "ternary_codec::local_scales: " + std::to_string(in.size()) + " values have " +
+                         std::to_string(scale_count(in.size())) + " scales, " +
+                         std::to_string(out.size()) + " given");
+    const std::size_t b = opt_.scale_block == 0 ? in.size() : opt_.scale_block;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const std::size_t at = k * b;
+      out[k] = local_scale(in.subspan(at, std::min(b, in.size() - at)));
+    }
+  }
+
   void encode(std::span<const float> in, std::span<std::uint32_t> wire,
               const codec_context& c) const {
     encode_impl<residual_mode::none>(in, wire, nullptr, nullptr, c);
@@ -141,12 +166,12 @@ class ternary_codec {
 
   void decode(std::span<const std::uint32_t> wire, std::span<float> out,
               const codec_context& c) const {
-    unpack(wire, out, c, c.size, c.scale / static_cast<float>(c.size));
+    unpack(wire, out, c, c.size);
   }
 
   void decode_local(std::span<const std::uint32_t> wire, std::span<float> out,
                     const codec_context& c) const {
-    unpack(wire, out, c, 1, c.scale);
+    unpack(wire, out, c, 1);
   }
 
   /// Identifies the settings, for the engine's check that all ranks agree.
@@ -155,6 +180,7 @@ class ternary_codec {
         .add(opt_.seed)
         .add(static_cast<std::uint64_t>(opt_.scale))
         .add(std::uint64_t{opt_.lane_bits})
+        .add(static_cast<std::uint64_t>(opt_.scale_block))
         .value();
   }
 
@@ -194,26 +220,53 @@ class ternary_codec {
                               wire.size(), sh.words);
     if (sh.words == 0) return;
     std::memset(wire.data(), 0, wire.size_bytes());
-    // A zero, negative, NaN or infinite scale sends t = 0 everywhere (and never divides).
-    const float inv = c.scale > 0 && std::isfinite(c.scale) ? 1.0f / c.scale : 0.0f;
-    const auto [k0, k1] = keys(c);
+    // Not a structured binding: Clang 14 cannot capture one in the lambda below.
+    const std::pair<std::uint32_t, std::uint32_t> key = keys(c);
+    const std::uint32_t k0 = key.first;
+    const std::uint32_t k1 = key.second;
     // Words in blocks that stay in cache while each lane plane is ORed into them.
     constexpr std::size_t block = 4096;
     for (std::size_t w0 = 0; w0 < sh.words; w0 += block) {
       const std::size_t w1 = std::min(sh.words, w0 + block);
       for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
-        const std::size_t first = j * sh.words + w0;  // payload index of word w0's lane j
-        const std::size_t count = std::min(w1 - w0, in.size() - first);
-        const plane pl{.g = in.data() + first,
-                       .r_in = residual_in == nullptr ? nullptr : residual_in + first,
-                       .r = residual == nullptr ? nullptr : residual + first,
-                       .inv = inv,
-                       .scale = c.scale,
-                       .k0 = k0,
-                       .k1 = k1,
-                       .shift = static_cast<unsigned>(j) * sh.bits};
-        encode_plane<Mode>(pl, wire.data() + w0, count, first);
+        const std::size_t start = j * sh.words + w0;  // payload index of word w0's lane j
+        const std::size_t n = std::min(w1 - w0, in.size() - start);
+        for_each_scale(c, in.size(), start, n, [&](std::size_t first, std::size_t count, float s) {
+          // A zero, negative, NaN or infinite scale sends t = 0 (and never divides).
+          const plane pl{.g = in.data() + first,
+                         .r_in = residual_in == nullptr ? nullptr : residual_in + first,
+                         .r = residual == nullptr ? nullptr : residual + first,
+                         .inv = s > 0 && std::isfinite(s) ? 1.0f / s : 0.0f,
+                         .scale = s,
+                         .k0 = k0,
+                         .k1 = k1,
+                         .shift = static_cast<unsigned>(j) * sh.bits};
+          encode_plane<Mode>(pl, wire.data() + w0 + (first - start), count, first);
+        });
       }
+    }
+  }
+
+  // Calls f(first, count, scale) for the runs of entries [start, start + n) of an input of
+  // `size` entries that share a scale: c.scales[k] for block k, or c.scale for all (one
+  // scale per bucket, or a caller that gives one scale).
+  template <class F>
+  void for_each_scale(const codec_context& c, std::size_t size, std::size_t start, std::size_t n,
+                      F&& f) const {
+    if (opt_.scale_block == 0 || c.scales.empty()) {
+      f(start, n, c.scale);
+      return;
+    }
+    PACTRAIN_EXPECTS(c.scales.size() == scale_count(size),
+                     "ternary_codec: " + std::to_string(size) + " values need " +
+                         std::to_string(scale_count(size)) + " scales, " +
+                         std::to_string(c.scales.size()) + " given");
+    const std::size_t b = opt_.scale_block;
+    for (std::size_t at = start, end = start + n; at < end;) {
+      const std::size_t k = at / b;
+      const std::size_t stop = std::min(end, (k + 1) * b);
+      f(at, stop - at, c.scales[k]);
+      at = stop;
     }
   }
 
@@ -312,24 +365,31 @@ class ternary_codec {
     }
   }
 
-  PACTRAIN_VECTORIZE void unpack(std::span<const std::uint32_t> wire, std::span<float> out,
-                                 const codec_context& c, int bias, float f) const {
+  void unpack(std::span<const std::uint32_t> wire, std::span<float> out, const codec_context& c,
+              int bias) const {
     const shape sh = shape_of(out.size(), c.size);
     detail::check_codec_spans("ternary_codec", "decode", out.data(), out.size(), wire.data(),
                               wire.size(), sh.words);
     const std::uint32_t mask = sh.bits == 32 ? ~0u : (1u << sh.bits) - 1u;
-    const auto ub = static_cast<std::uint32_t>(bias);
-    const std::uint32_t* w = wire.data();
-    float* o = out.data();
     for (std::size_t j = 0; j * sh.words < out.size(); ++j) {
       const std::size_t base = j * sh.words;
       const std::size_t count = std::min(sh.words, out.size() - base);
       const unsigned shift = static_cast<unsigned>(j) * sh.bits;
-      for (std::size_t i = 0; i < count; ++i) {
-        // lane - bias lies in [-P, P] for a valid wire; modular, so no overflow otherwise.
-        const auto v = static_cast<std::int32_t>(((w[i] >> shift) & mask) - ub);
-        o[base + i] = static_cast<float>(v) * f;
-      }
+      for_each_scale(c, out.size(), base, count, [&](std::size_t first, std::size_t n, float s) {
+        unpack_run(wire.data() + (first - base), out.data() + first, n, shift, mask,
+                   static_cast<std::uint32_t>(bias), s / static_cast<float>(bias));
+      });
+    }
+  }
+
+  // Lane values (u - bias) * f of n words at `shift`.
+  PACTRAIN_VECTORIZE static void unpack_run(const std::uint32_t* w, float* o, std::size_t n,
+                                            unsigned shift, std::uint32_t mask, std::uint32_t ub,
+                                            float f) noexcept {
+    for (std::size_t i = 0; i < n; ++i) {
+      // lane - bias lies in [-P, P] for a valid wire; modular, so no overflow otherwise.
+      const auto v = static_cast<std::int32_t>(((w[i] >> shift) & mask) - ub);
+      o[i] = static_cast<float>(v) * f;
     }
   }
 

@@ -85,7 +85,7 @@ struct ternary_reference {
   bool feedback;
   int p = world_size();
   std::vector<std::vector<std::vector<float>>> residual;  // [rank][bucket]
-  std::vector<float> previous_scale;
+  std::vector<std::vector<float>> previous_scales;        // [bucket][block]
 
   std::vector<float> step(const std::vector<bitmap_mask>& masks, bucket_strategy st,
                           std::uint64_t at, std::uint64_t seed, bool first) {
@@ -100,7 +100,7 @@ struct ternary_reference {
     const std::size_t nb = l.buckets().size();
     if (first) {
       residual.assign(p, std::vector<std::vector<float>>(nb));
-      previous_scale.assign(nb, 0.0f);
+      previous_scales.assign(nb, {});
     }
     std::vector<float> result(l.total_size(), 0.0f);
     for (std::size_t b = 0; b < nb; ++b) {
@@ -118,22 +118,26 @@ struct ternary_reference {
         continue;
       }
       std::vector<std::vector<float>> in(p);
-      float mx = 0;
+      std::vector<float> mx;  // per block: the largest local scale over the ranks
       for (int r = 0; r < p; ++r) {
         in[r] = bucket_input(l, masks, test::values<float>(l.total_size(), seed, r), b, st);
-        mx = std::max(mx, ternary_codec::local_scale(in[r]));
+        std::vector<float> local(codec.scale_count(in[r].size()));
+        codec.local_scales(in[r], std::span<float>(local));
+        mx.resize(local.size(), 0.0f);
+        for (std::size_t k = 0; k < local.size(); ++k) mx[k] = std::max(mx[k], local[k]);
         if (residual[r][b].empty()) residual[r][b].assign(in[r].size(), 0.0f);
       }
       const bool reuse = codec.scale_from_previous_step() && !first;
-      const float s = reuse ? previous_scale[b] : mx;
-      previous_scale[b] = mx;
+      const std::vector<float> s = reuse ? previous_scales[b] : mx;
+      previous_scales[b] = mx;
       if (in[0].empty()) {
         scatter_bucket(l, masks, {}, b, st, result);
         continue;
       }
       std::vector<std::uint32_t> sum(codec.wire_size(in[0].size(), p), 0);
       for (int r = 0; r < p; ++r) {
-        const codec_context ctx{.rank = r, .size = p, .step = step, .bucket = b, .scale = s};
+        const codec_context ctx{
+            .rank = r, .size = p, .step = step, .bucket = b, .scale = s[0], .scales = s};
         if (feedback) {
           for (std::size_t k = 0; k < in[r].size(); ++k) in[r][k] += residual[r][b][k];
         }
@@ -147,8 +151,9 @@ struct ternary_reference {
         for (std::size_t i = 0; i < w.size(); ++i) sum[i] += w[i];
       }
       std::vector<float> out(in[0].size());
-      codec.decode(sum, std::span<float>(out),
-                   {.rank = world_rank(), .size = p, .step = step, .bucket = b, .scale = s});
+      codec.decode(
+          sum, std::span<float>(out),
+          {.rank = world_rank(), .size = p, .step = step, .bucket = b, .scale = s[0], .scales = s});
       scatter_bucket(l, masks, out, b, st, result);
     }
     return result;
@@ -243,44 +248,52 @@ TEST_CASE("bf16 sync equals the float sum of the same values, bit for bit") {
 
 TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for bit") {
   const auto l = test_layout(2000);
-  for (bool feedback : {false, true}) {
-    for (auto source : {scale_source::current_max, scale_source::previous_max}) {
-      CAPTURE(feedback);
-      CAPTURE(to_string(source));
-      const ternary_codec codec{{.seed = 77, .scale = source}};
-      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> plain{
-          mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
-      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
-          fb{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
-      for (double d : {0.0, 0.1, 1.0}) {
-        CAPTURE(d);
-        const auto masks = test::masks_for<bitmap_mask>(l, d, 200);
-        for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
-          const std::vector<bucket_strategy> st(l.buckets().size(), strategy);
-          ternary_reference ref{l, codec, feedback, world_size(), {}, {}};
-          const auto run = [&](auto& s) {
-            s.set_masks(masks);
-            s.set_strategies(st);
-            check_steps(s, ref, masks, st, 50);
-            std::size_t words = 0;
-            for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
-            // The last step's scales: previous_max reduces every bucket's word alongside the
-            // data; current_max one word per bucket with input, before encoding.
-            std::size_t with_input = 0;
-            for (std::size_t b = 0; b < l.buckets().size(); ++b) {
-              with_input += (strategy == bucket_strategy::sparse ? s.payload_size(b)
-                                                                 : l.buckets()[b].size) != 0;
+  // One scale per bucket, and one per block of 64 codec inputs (buckets of up to 2000 entries:
+  // several blocks, the last one short).
+  for (const std::size_t block : {std::size_t{0}, std::size_t{64}}) {
+    for (bool feedback : {false, true}) {
+      for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+        if (block != 0 && !feedback) continue;
+        CAPTURE(block);
+        CAPTURE(feedback);
+        CAPTURE(to_string(source));
+        const ternary_codec codec{{.seed = 77, .scale = source, .scale_block = block}};
+        pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> plain{
+            mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+        pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
+            fb{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+        for (double d : {0.0, 0.1, 1.0}) {
+          CAPTURE(d);
+          const auto masks = test::masks_for<bitmap_mask>(l, d, 200);
+          for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+            const std::vector<bucket_strategy> st(l.buckets().size(), strategy);
+            ternary_reference ref{l, codec, feedback, world_size(), {}, {}};
+            const auto run = [&](auto& s) {
+              s.set_masks(masks);
+              s.set_strategies(st);
+              check_steps(s, ref, masks, st, 50);
+              std::size_t words = 0;
+              for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
+              // The last step's scales: previous_max reduces every bucket's words alongside the
+              // data; current_max the words of each bucket with input, before encoding.
+              std::size_t with_input = 0;
+              std::size_t all = 0;
+              for (std::size_t b = 0; b < l.buckets().size(); ++b) {
+                const std::size_t n =
+                    strategy == bucket_strategy::sparse ? s.payload_size(b) : l.buckets()[b].size;
+                with_input += n != 0 ? codec.scale_count(n) : 0;
+                all += codec.scale_count(n);
+              }
+              const std::size_t scale_words = with_input == 0                        ? 0
+                                              : source == scale_source::previous_max ? all
+                                                                                     : with_input;
+              CHECK(s.stats().bytes_sent == words * 4 + 8 * scale_words);
+            };
+            if (feedback) {
+              run(fb);
+            } else {
+              run(plain);
             }
-            const std::size_t scale_words = with_input == 0 ? 0
-                                            : source == scale_source::previous_max
-                                                ? l.buckets().size()
-                                                : with_input;
-            CHECK(s.stats().bytes_sent == words * 4 + 8 * scale_words);
-          };
-          if (feedback) {
-            run(fb);
-          } else {
-            run(plain);
           }
         }
       }

@@ -12,7 +12,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 using namespace pactrain;
@@ -378,59 +380,135 @@ TEST_CASE_TEMPLATE("one rank: fp16 and bf16 syncs return the masked gradient", K
 TEST_CASE("one rank: ternary sync sends t * s at kept entries and +0 elsewhere") {
   const auto l = test::small_layout();
   using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
-  for (auto source : {scale_source::current_max, scale_source::previous_max}) {
-    sync_t s{loopback_communicator{}, l, {}, {}, ternary_codec{{.seed = 3, .scale = source}}};
-    for (double d : test::densities) {
-      CAPTURE(d);
-      const auto masks = test::masks_for<bitmap_mask>(l, d, 21);
-      s.set_masks(masks);
-      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
-        s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
-        for (int step = 0; step < 2; ++step) {
-          auto g = test::values<float>(l.total_size(), 5 + step);
-          const auto m = test::masked(l, masks, g);
-          s.allreduce(std::span<float>(g));
-          std::size_t bad = 0;
-          for (std::size_t b = 0; b < l.buckets().size(); ++b) {
-            const auto& bk = l.buckets()[b];
-            float mx = 0;  // the bucket's scale: its max |g| over kept entries
-            for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i)
-              mx = std::max(mx, std::fabs(m[i]));
-            for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) {
-              if (m[i] == 0.0f) {
-                bad += std::bit_cast<std::uint32_t>(g[i]) != 0;  // +0
-              } else if (source == scale_source::current_max) {
-                bad += !(g[i] == 0.0f || g[i] == mx * (m[i] < 0 ? -1.0f : 1.0f));
+  // One scale per bucket (either source), and one per block of 16 codec inputs.
+  for (const std::size_t block : {std::size_t{0}, std::size_t{16}}) {
+    for (auto source : {scale_source::current_max, scale_source::previous_max}) {
+      if (block != 0 && source == scale_source::previous_max) continue;
+      CAPTURE(block);
+      sync_t s{loopback_communicator{},
+               l,
+               {},
+               {},
+               ternary_codec{{.seed = 3, .scale = source, .scale_block = block}}};
+      for (double d : test::densities) {
+        CAPTURE(d);
+        const auto masks = test::masks_for<bitmap_mask>(l, d, 21);
+        s.set_masks(masks);
+        for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+          s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
+          for (int step = 0; step < 2; ++step) {
+            auto g = test::values<float>(l.total_size(), 5 + step);
+            const auto m = test::masked(l, masks, g);
+            s.allreduce(std::span<float>(g));
+            std::size_t bad = 0;
+            std::size_t scale_words = 0;  // current_max: the scales of the buckets with input
+            for (std::size_t b = 0; b < l.buckets().size(); ++b) {
+              const auto& bk = l.buckets()[b];
+              // The bucket's codec input: kept entries in order (sparse), or all (dense); each
+              // block of it has its max |g| as scale (the whole input is one block with block 0).
+              std::vector<std::size_t> at;
+              for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) {
+                if (strategy == bucket_strategy::dense || m[i] != 0.0f) at.push_back(i);
+              }
+              const std::size_t n = block == 0 ? std::max<std::size_t>(at.size(), 1) : block;
+              scale_words += (at.size() + n - 1) / n;
+              for (std::size_t k = 0; k < at.size(); ++k) {
+                float mx = 0;
+                for (std::size_t j = k / n * n; j < std::min(at.size(), k / n * n + n); ++j)
+                  mx = std::max(mx, std::fabs(m[at[j]]));
+                const float v = g[at[k]];
+                if (source == scale_source::current_max)
+                  bad += !(v == 0.0f || v == mx * (m[at[k]] < 0 ? -1.0f : 1.0f));
+              }
+              for (std::size_t i = bk.offset; i < bk.offset + bk.size; ++i) {
+                if (m[i] == 0.0f) bad += std::bit_cast<std::uint32_t>(g[i]) != 0;  // +0
               }
             }
+            CHECK(bad == 0);
+            std::size_t words = 0;
+            for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
+            std::size_t kept = 0;
+            for (const auto& mk : masks) kept += mk.count();
+            const std::size_t entries = strategy == bucket_strategy::sparse ? kept : l.total_size();
+            CHECK(words ==
+                  (strategy == bucket_strategy::sparse
+                       ? (s.payload_size(0) + 15) / 16 + (s.payload_size(1) + 15) / 16 +
+                             (s.payload_size(2) + 15) / 16
+                       : (l.buckets()[0].size + 15) / 16 + (l.buckets()[1].size + 15) / 16 +
+                             (l.buckets()[2].size + 15) / 16));
+            // Scales: a word per scale of each bucket with input, reduced before encoding;
+            // previous_max reduces every bucket's word alongside the data once it has last
+            // step's scales.
+            const bool reused = source == scale_source::previous_max && step == 1;
+            const std::size_t scale_bytes =
+                entries == 0 ? 0 : 8 * (reused ? l.buckets().size() : scale_words);
+            CHECK(s.stats().bytes_sent == words * 4 + scale_bytes);
           }
-          CHECK(bad == 0);
-          std::size_t words = 0;
-          for (std::size_t b = 0; b < l.buckets().size(); ++b) words += s.wire_size(b);
-          std::size_t kept = 0;
-          for (const auto& mk : masks) kept += mk.count();
-          const std::size_t entries = strategy == bucket_strategy::sparse ? kept : l.total_size();
-          CHECK(words == (strategy == bucket_strategy::sparse
-                              ? (s.payload_size(0) + 15) / 16 + (s.payload_size(1) + 15) / 16 +
-                                    (s.payload_size(2) + 15) / 16
-                              : (l.buckets()[0].size + 15) / 16 + (l.buckets()[1].size + 15) / 16 +
-                                    (l.buckets()[2].size + 15) / 16));
-          // Scales: one word per bucket with input, reduced before encoding; previous_max
-          // reduces every bucket's word alongside the data once it has last step's scales.
-          std::size_t with_input = 0;
-          for (std::size_t b = 0; b < l.buckets().size(); ++b) {
-            with_input += (strategy == bucket_strategy::sparse ? s.payload_size(b)
-                                                               : l.buckets()[b].size) != 0;
-          }
-          const bool reused = source == scale_source::previous_max && step == 1;
-          const std::size_t scale_bytes =
-              entries == 0 ? 0 : 8 * (reused ? l.buckets().size() : with_input);
-          CHECK(s.stats().bytes_sent == words * 4 + scale_bytes);
         }
       }
+      CHECK(s.step() == 5 * 2 * 2);
     }
-    CHECK(s.step() == 5 * 2 * 2);
   }
+}
+
+TEST_CASE("ternary scale blocks: one scale per block of the codec input") {
+  const ternary_codec k{{.seed = 9, .scale_block = 4}};
+  CHECK(ternary_codec{}.scale_count(1000) == 1);
+  for (const auto& [n, want] : std::vector<std::pair<std::size_t, std::size_t>>{
+           {0, 1}, {1, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 3}}) {
+    CHECK(k.scale_count(n) == want);
+  }
+  const std::vector<float> g = {1, -3, 2, 0.5f, 8, -1, 0, 0, -0.25f};
+  std::vector<float> s(3);
+  k.local_scales(g, s);
+  CHECK(s == std::vector<float>{3, 8, 0.25f});
+  std::vector<float> one(1);
+  ternary_codec{}.local_scales(g, one);
+  CHECK(one[0] == 8.0f);
+  std::vector<float> bad = g;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  k.local_scales(bad, s);
+  CHECK((s[0] == 3.0f && std::isnan(s[1]) && s[2] == 0.25f));
+  std::vector<float> two(2);
+  CHECK_THROWS_WITH_AS(k.local_scales(g, two), doctest::Contains("9 values have 3 scales, 2 given"),
+                       error);
+  CHECK(k.digest() != ternary_codec{{.seed = 9}}.digest());
+
+  // The same scale in every block encodes as one scale for the bucket, bit for bit; the
+  // blocks' own scales decode each entry to 0 or its block's scale.
+  const auto values = test::values<float>(1000, 4);
+  const ternary_codec blocks{{.seed = 9, .scale_block = 100}};
+  const ternary_codec whole{{.seed = 9}};
+  const std::vector<float> same(10, 3.5f);
+  const codec_context c1{.rank = 1, .size = 4, .step = 2, .bucket = 3, .scale = 3.5f};
+  codec_context cb = c1;
+  cb.scales = same;
+  std::vector<std::uint32_t> w1(whole.wire_size(values.size(), 4));
+  std::vector<std::uint32_t> wb(w1.size());
+  whole.encode(values, w1, c1);
+  blocks.encode(values, wb, cb);
+  CHECK(w1 == wb);
+  std::vector<float> scales(blocks.scale_count(values.size()));
+  blocks.local_scales(values, scales);
+  cb.scales = scales;
+  std::vector<float> residual(values.size());
+  blocks.encode_residual(values, wb, residual, cb);
+  std::vector<float> out(values.size());
+  blocks.decode_local(wb, out, cb);
+  std::size_t wrong = 0;
+  std::size_t hits = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float si = scales[i / 100];
+    wrong += !(out[i] == 0.0f || std::fabs(out[i]) == si);
+    wrong += residual[i] != values[i] - out[i];
+    hits += out[i] != 0.0f;
+  }
+  CHECK(wrong == 0);
+  CHECK(hits > 0);
+  // Scales of the wrong count are refused.
+  cb.scales = std::span<const float>(scales).first(3);
+  CHECK_THROWS_WITH_AS(blocks.encode(values, wb, cb),
+                       doctest::Contains("1000 values need 10 scales, 3 given"), error);
 }
 
 TEST_CASE("error feedback shrinks the accumulated error of a repeated gradient") {

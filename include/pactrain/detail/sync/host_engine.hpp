@@ -237,7 +237,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   // failure reaches every rank.
   using workspace_buffers = host_workspace_buffers<Codec, Comm, feedback>;
   [[nodiscard]] workspace_buffers allocate_workspace(const workspace_layout& w) const {
-    return workspace_buffers::allocate(w);
+    return workspace_buffers::allocate(w, this->codec_);
   }
   void install_workspace(workspace_buffers&& n) noexcept {
     payload_ = std::move(n.payload);
@@ -281,7 +281,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
                          .size = this->comm_.size(),
                          .step = this->step_,
                          .bucket = b,
-                         .scale = scales_.scale(b)};
+                         .scale = scales_.scale(b),
+                         .scales = scales_.scales(b)};
   }
 
   // First half of a submission: the bucket's codec input. A coded dense bucket has its

@@ -22,7 +22,8 @@ struct host_workspace_buffers {
   scale_exchange<Codec, Comm> scales;
 
   /// May throw (allocation): residuals start at zero, and no previous step's scales exist.
-  [[nodiscard]] static host_workspace_buffers allocate(const workspace_layout& w) {
+  [[nodiscard]] static host_workspace_buffers allocate(const workspace_layout& w,
+                                                       const Codec& codec) {
     host_workspace_buffers n;
     n.payload.assign(w.payload_size(), value_type(0));
     if constexpr (!codec_traits<Codec>::is_identity) {
@@ -31,7 +32,7 @@ struct host_workspace_buffers {
         n.residual.assign(w.codec_input_size(), value_type(0));
         n.residual_next.assign(w.codec_input_size(), value_type(0));
       }
-      n.scales.reset(w.buckets());
+      n.scales.reset(codec, w.buckets(), [&](std::size_t b) { return w.codec_input_of(b); });
     }
     return n;
   }
