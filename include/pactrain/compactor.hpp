@@ -129,8 +129,8 @@ class host_compactor {
     /// automatic format: indices when fewer than one entry in this many is kept.
     std::size_t sparse_ratio = 32;
     /// scatter writes a bitmap plan's output of at least this many bytes with non-temporal
-    /// stores (AVX2 and AVX-512, 16-byte aligned output). They bypass the caches: faster for
-    /// outputs larger than the caches, slower for a small output read again soon. SIZE_MAX: never.
+    /// stores (AVX2, 16-byte aligned output). They bypass the caches: faster for outputs
+    /// larger than the caches, slower for a small output read again soon. SIZE_MAX: never.
     std::size_t stream_min_bytes = std::size_t{4} << 20;
   };
 
@@ -315,10 +315,9 @@ class host_compactor {
     return plan_format::bitmap;
   }
 
-  // The vector scatters stream (non-temporal stores) a large enough, 16-byte aligned output.
+  // The AVX2 scatter streams (non-temporal stores) a large enough, 16-byte aligned output.
   [[nodiscard]] bool streams_bytes(std::size_t bytes) const noexcept {
-    return (opt_.isa == host_isa::avx2 || opt_.isa == host_isa::avx512) &&
-           bytes >= opt_.stream_min_bytes;
+    return opt_.isa == host_isa::avx2 && bytes >= opt_.stream_min_bytes;
   }
   template <class T>
   [[nodiscard]] bool streams(const plan_type& plan, const T* out) const noexcept {
@@ -333,8 +332,7 @@ class host_compactor {
     switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
       case host_isa::avx512:
-        k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale,
-                                         streams(plan, out));
+        k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_);
         break;
       case host_isa::avx2:
         k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,

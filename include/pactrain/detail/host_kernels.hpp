@@ -251,8 +251,9 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
 
 template <bool Stream>
 PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2_impl(const std::uint64_t* words,
-                                                                std::size_t nwords, const double* p,
-                                                                double* out, double scale,
+                                                                std::size_t nwords,
+                                                                const double* p, double* out,
+                                                                double scale,
                                                                 std::size_t count) noexcept {
   const __m256i lane_id = _mm256_setr_epi64x(0, 1, 2, 3);
   const __m256i lane_bit = _mm256_setr_epi64x(1, 2, 4, 8);
@@ -327,45 +328,21 @@ PACTRAIN_TARGET_AVX512 inline std::size_t gather_words_avx512(const std::uint64_
   return k;
 }
 
-// Non-temporal stores of one 512-bit register to a 16-byte aligned address: four 128-bit
-// quarters, which the write-combining buffers join into whole lines (the outputs are rarely
-// 64-byte aligned: glibc's large blocks start 16 bytes into a page). The quarters are read
-// through a union (defined in GCC and Clang): GCC 12's extract intrinsics warn of their
-// undefined source operand.
-union quarters512 {
-  __m512 whole;
-  __m128 quarter[4];
-};
-PACTRAIN_TARGET_AVX512 inline void stream_avx512(float* dst, __m512 v) noexcept {
-  const quarters512 u{v};
-  for (int q = 0; q < 4; ++q) _mm_stream_ps(dst + 4 * q, u.quarter[q]);
-}
-PACTRAIN_TARGET_AVX512 inline void stream_avx512(double* dst, __m512d v) noexcept {
-  const quarters512 u{_mm512_castpd_ps(v)};
-  for (int q = 0; q < 4; ++q) _mm_stream_pd(dst + 2 * q, _mm_castps_pd(u.quarter[q]));
-}
-
-template <bool Stream>
-PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512_impl(const std::uint64_t* words,
-                                                                    std::size_t nwords,
-                                                                    const float* p, float* out,
-                                                                    float scale) noexcept {
+PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512(const std::uint64_t* words,
+                                                               std::size_t nwords, const float* p,
+                                                               float* out, float scale,
+                                                               std::size_t /*count*/) noexcept {
   const __m512 s = _mm512_set1_ps(scale);
   std::size_t k = 0;
   for (std::size_t wi = 0; wi < nwords; ++wi, out += 64) {
     const std::uint64_t w = words[wi];
     for (unsigned j = 0; j < 4; ++j) {
       const auto m = static_cast<__mmask16>(w >> (16 * j));
-      const __m512 v = _mm512_maskz_mul_ps(m, _mm512_maskz_expandloadu_ps(m, p + k), s);
-      if constexpr (Stream) {
-        stream_avx512(out + 16 * j, v);
-      } else {
-        _mm512_storeu_ps(out + 16 * j, v);
-      }
+      const __m512 v = _mm512_maskz_expandloadu_ps(m, p + k);
+      _mm512_storeu_ps(out + 16 * j, _mm512_maskz_mul_ps(m, v, s));
       k += static_cast<unsigned>(__builtin_popcount(m));
     }
   }
-  if constexpr (Stream) _mm_sfence();
   return k;
 }
 
@@ -393,38 +370,22 @@ PACTRAIN_TARGET_AVX512 inline std::size_t gather_words_avx512(const std::uint64_
   return k;
 }
 
-template <bool Stream>
-PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512_impl(const std::uint64_t* words,
-                                                                    std::size_t nwords,
-                                                                    const double* p, double* out,
-                                                                    double scale) noexcept {
+PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512(const std::uint64_t* words,
+                                                               std::size_t nwords, const double* p,
+                                                               double* out, double scale,
+                                                               std::size_t /*count*/) noexcept {
   const __m512d s = _mm512_set1_pd(scale);
   std::size_t k = 0;
   for (std::size_t wi = 0; wi < nwords; ++wi, out += 64) {
     const std::uint64_t w = words[wi];
     for (unsigned j = 0; j < 8; ++j) {
       const auto m = static_cast<__mmask8>(w >> (8 * j));
-      const __m512d v = _mm512_maskz_mul_pd(m, _mm512_maskz_expandloadu_pd(m, p + k), s);
-      if constexpr (Stream) {
-        stream_avx512(out + 8 * j, v);
-      } else {
-        _mm512_storeu_pd(out + 8 * j, v);
-      }
+      const __m512d v = _mm512_maskz_expandloadu_pd(m, p + k);
+      _mm512_storeu_pd(out + 8 * j, _mm512_maskz_mul_pd(m, v, s));
       k += static_cast<unsigned>(__builtin_popcount(m));
     }
   }
-  if constexpr (Stream) _mm_sfence();
   return k;
-}
-
-/// The AVX-512 scatter of float or double; `stream`: non-temporal stores, out 16-byte aligned.
-template <class T>
-PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512(const std::uint64_t* words,
-                                                               std::size_t nwords, const T* p,
-                                                               T* out, T scale,
-                                                               bool stream) noexcept {
-  return stream ? scatter_words_avx512_impl<true>(words, nwords, p, out, scale)
-                : scatter_words_avx512_impl<false>(words, nwords, p, out, scale);
 }
 
 #undef PACTRAIN_TARGET_AVX2
