@@ -175,13 +175,12 @@ class ternary_codec {
   }
 
   /// Identifies the settings, for the engine's check that all ranks agree.
+  /// Scale blocks count only when in use, so states saved before they existed still load.
   [[nodiscard]] std::uint64_t digest() const noexcept {
-    return digest_builder(0x7465726e)  // "tern"
-        .add(opt_.seed)
-        .add(static_cast<std::uint64_t>(opt_.scale))
-        .add(std::uint64_t{opt_.lane_bits})
-        .add(static_cast<std::uint64_t>(opt_.scale_block))
-        .value();
+    digest_builder d(0x7465726e);  // "tern"
+    d.add(opt_.seed).add(static_cast<std::uint64_t>(opt_.scale)).add(std::uint64_t{opt_.lane_bits});
+    if (opt_.scale_block != 0) d.add(static_cast<std::uint64_t>(opt_.scale_block));
+    return d.value();
   }
 
  private:
