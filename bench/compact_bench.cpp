@@ -157,6 +157,20 @@ void register_all() {
       }
     }
   }
+  // The gather kernels at low densities, where the vector kernels start to beat the portable
+  // loop (which skips zero words and pays per kept entry).
+  for (double d : {0.02, 0.03, 0.05, 0.07, 0.125}) {
+    const std::string dens = std::to_string(d * 100).substr(0, 4) + "%";
+    for (auto isa :
+         {pactrain::host_isa::portable, pactrain::host_isa::avx2, pactrain::host_isa::avx512}) {
+      benchmark::RegisterBenchmark(
+          ("gather/bitmap-sweep/" + dens + "/" + pactrain::to_string(isa)).c_str(), bm_mask,
+          kind::bitmap, d, true,
+          pactrain::host_compactor::options{.isa = isa, .format = pactrain::plan_format::bitmap},
+          false)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   // The bitmap plan's kernels on huge pages, against a memcpy there.
   benchmark::RegisterBenchmark("memcpy/huge-pages", bm_memcpy, true)->Unit(benchmark::kMillisecond);
   for (const char* op : {"gather", "scatter"}) {

@@ -240,7 +240,11 @@ class host_compactor {
         switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
           case host_isa::avx512:
-            k = detail::gather_words_avx512(plan.words_.data(), full, in, out, plan.count_);
+            // Below one kept entry per word on average the portable loop wins here too
+            // (64 MiB at 1% density: 1.8-4.1 ms against 2.9-5.4 ms; even at 2%).
+            k = plan.count_ * 64 < plan.size_
+                    ? detail::gather_words_portable(plan.words_.data(), full, in, out, plan.count_)
+                    : detail::gather_words_avx512(plan.words_.data(), full, in, out, plan.count_);
             break;
           case host_isa::avx2:
             // The AVX2 kernel permutes every byte of a word without branching. Below 1/8
