@@ -208,7 +208,9 @@ auto maker(typename Engine::codec_type codec = {}) {
   };
 }
 
-ternary_codec ternary(scale_source s) { return ternary_codec{{.seed = 5, .scale = s}}; }
+ternary_codec ternary(scale_source s, std::size_t block = 0) {
+  return ternary_codec{{.seed = 5, .scale = s, .scale_block = block}};
+}
 
 }  // namespace
 
@@ -233,6 +235,9 @@ TEST_CASE("ternary with error feedback: Inf and NaN leave residuals and scales a
     CAPTURE(to_string(s));
     check_all<E>(maker<E>(ternary(s)), {inf, qnan});
   }
+  // With scale blocks, one bad block makes its whole bucket bad, alike on every rank.
+  check_all<E>(maker<E>(ternary(scale_source::current_max, 16)), {qnan});
+  check_all<E>(maker<E>(ternary(scale_source::previous_max, 16)), {inf});
 }
 
 TEST_CASE("ternary without feedback: a NaN is not hidden behind a finite result") {

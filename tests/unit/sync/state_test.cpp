@@ -38,41 +38,55 @@ TEST_CASE("a restored engine continues bit for bit; a fresh one does not") {
   const auto l = state_layout();
   const auto masks = test::masks_for<bitmap_mask>(l, 0.3, 6);
   using bs = bucket_strategy;
-  for (const auto source : {scale_source::current_max, scale_source::previous_max}) {
-    CAPTURE(to_string(source));
-    const ternary_codec c{{.seed = 3, .scale = source}};
-    ternary_fb a{loopback_communicator{}, l, {}, {}, c};
-    a.set_masks(masks);
-    std::vector<bs> st(l.buckets().size(), bs::sparse);
-    st.back() = bs::dense;  // residuals of a dense bucket too
-    a.set_strategies(st);
-    for (std::uint64_t k = 0; k < 3; ++k) {
-      auto g = gradient(l.total_size(), k);
-      a.allreduce(std::span<float>(g));
-    }
-    const auto bytes = a.save_state();
+  // One scale per bucket, and per block of 8 codec inputs (the saved scales are per block).
+  for (const std::size_t block : {std::size_t{0}, std::size_t{8}}) {
+    for (const auto source : {scale_source::current_max, scale_source::previous_max}) {
+      CAPTURE(block);
+      CAPTURE(to_string(source));
+      const ternary_codec c{{.seed = 3, .scale = source, .scale_block = block}};
+      ternary_fb a{loopback_communicator{}, l, {}, {}, c};
+      a.set_masks(masks);
+      std::vector<bs> st(l.buckets().size(), bs::sparse);
+      st.back() = bs::dense;  // residuals of a dense bucket too
+      a.set_strategies(st);
+      for (std::uint64_t k = 0; k < 3; ++k) {
+        auto g = gradient(l.total_size(), k);
+        a.allreduce(std::span<float>(g));
+      }
+      const auto bytes = a.save_state();
 
-    ternary_fb b{loopback_communicator{}, l, {}, {}, c};
-    b.set_masks(masks);
-    b.set_strategies(st);
-    ternary_fb fresh{loopback_communicator{}, l, {}, {}, c};
-    fresh.set_masks(masks);
-    fresh.set_strategies(st);
-    fresh.set_step(a.step());  // the step alone is not enough
-    b.load_state(bytes);
-    CHECK(b.step() == 3);
-    CHECK(same_bits(b.residuals(), a.residuals()));
-    CHECK(b.save_state() == bytes);
-    for (std::uint64_t k = 3; k < 5; ++k) {
-      auto ga = gradient(l.total_size(), k);
-      auto gb = ga;
-      auto gf = ga;
-      a.allreduce(std::span<float>(ga));
-      b.allreduce(std::span<float>(gb));
-      fresh.allreduce(std::span<float>(gf));
-      CHECK(same_bits(ga, gb));
-      CHECK(same_bits(a.residuals(), b.residuals()));
-      CHECK_FALSE(same_bits(ga, gf));
+      ternary_fb b{loopback_communicator{}, l, {}, {}, c};
+      b.set_masks(masks);
+      b.set_strategies(st);
+      ternary_fb fresh{loopback_communicator{}, l, {}, {}, c};
+      fresh.set_masks(masks);
+      fresh.set_strategies(st);
+      fresh.set_step(a.step());  // the step alone is not enough
+      b.load_state(bytes);
+      CHECK(b.step() == 3);
+      CHECK(same_bits(b.residuals(), a.residuals()));
+      CHECK(b.save_state() == bytes);
+      for (std::uint64_t k = 3; k < 5; ++k) {
+        auto ga = gradient(l.total_size(), k);
+        auto gb = ga;
+        auto gf = ga;
+        a.allreduce(std::span<float>(ga));
+        b.allreduce(std::span<float>(gb));
+        fresh.allreduce(std::span<float>(gf));
+        CHECK(same_bits(ga, gb));
+        CHECK(same_bits(a.residuals(), b.residuals()));
+        CHECK_FALSE(same_bits(ga, gf));
+      }
+      // Another scale granularity does not fit the saved state.
+      ternary_fb other{loopback_communicator{},
+                       l,
+                       {},
+                       {},
+                       ternary_codec{{.seed = 3, .scale = source, .scale_block = block + 4}}};
+      other.set_masks(masks);
+      other.set_strategies(st);
+      CHECK_THROWS_AS(other.load_state(bytes), error);
+      CHECK(other.step() == 0);
     }
   }
 }
