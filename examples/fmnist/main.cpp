@@ -36,6 +36,8 @@
 //   --seed N                  initialisation and shuffling seed [1]
 //   --ternary-rows R          ternary run: one scale per block of R rows of each weight
 //                             matrix (0: one per tensor) [64]
+//   --ternary-block B         ternary run: one scale per B kept entries of a bucket (0: one
+//                             per bucket) [0]
 //   --ternary-scale current|previous  ternary run: the scale from a MAX allreduce before
 //                             encoding, or the previous step's [current]
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
@@ -86,7 +88,8 @@ constexpr const char* usage =
     "       [--weight-decay X] [--sparsity S] [--prune-window A,B] [--prune-updates N]\n"
     "       [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
-    "       [--overlap on|off] [--ternary-rows R] [--ternary-scale current|previous]";
+    "       [--overlap on|off] [--ternary-rows R] [--ternary-block B] [--ternary-scale "
+    "current|previous]";
 
 options parse(int argc, char** argv) {
   using examples::split;
@@ -159,6 +162,8 @@ options parse(int argc, char** argv) {
                                            : pactrain::scale_source::previous_max;
     } else if (a == "--ternary-rows") {
       o.cfg.ternary_rows = to_count(a, v);
+    } else if (a == "--ternary-block") {
+      o.cfg.ternary_block = to_count(a, v);
     } else if (a == "--overlap") {
       if (v != "on" && v != "off")
         throw pactrain::error("--overlap: expected on or off, got '" + v + "'");

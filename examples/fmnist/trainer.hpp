@@ -75,6 +75,10 @@ struct train_config {
   // scale per tensor). A scale is the block's largest |g|: over a whole 1024 x 784 matrix it
   // is so far above most entries that they are nearly all sent as 0.
   std::size_t ternary_rows = 64;
+  // Ternary only: one scale per block of this many kept entries of a bucket
+  // (ternary_options::scale_block; 0: one per bucket). With ternary_rows 0 this gives fine
+  // scales without a bucket, and so a collective and a scale round, per block of rows.
+  std::size_t ternary_block = 0;
   // Ternary only: where the scale comes from (current_max: a small MAX allreduce before
   // encoding; previous_max: the last step's, reduced beside the data).
   scale_source ternary_scale = scale_source::current_max;
@@ -360,7 +364,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     }
     pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
         sync{mpi_communicator{comm}, per_tensor, host_compactor{}, sync_opt,
-             ternary_codec{{.seed = cfg.seed, .scale = cfg.ternary_scale}}};
+             ternary_codec{
+                 {.seed = cfg.seed, .scale = cfg.ternary_scale, .scale_block = cfg.ternary_block}}};
     return run(sync);
   }
   pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> sync{mpi_communicator{comm}, layout,
