@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -256,6 +257,30 @@ inline std::string ternary_scale_text(const torch_cli& c) {
   return c.ternary_block == 0
              ? "one scale per tensor"
              : "one scale per block of " + std::to_string(c.ternary_block) + " kept entries";
+}
+
+/// Entries of a module's parameters.
+inline std::size_t parameter_count(torch::nn::Module& m) {
+  std::size_t n = 0;
+  for (const auto& p : m.parameters()) n += static_cast<std::size_t>(p.numel());
+  return n;
+}
+
+/// Prints the recipe lines the LibTorch examples share (on rank 0): the optimiser and its
+/// schedule, then the pruned and ternary runs; `pruned` names what the pruner prunes, `dense`
+/// what stays dense.
+inline void print_recipe(const torch_cli& c, const char* pruned, const char* dense) {
+  const torch_run_options& r = c.run;
+  std::printf(
+      "lr %g (warm-up %g, cosine to 0; pruned runs: rewind %g), momentum %g, weight decay %g, "
+      "clip %g, seed %llu\n"
+      "pruned runs: gradual %s magnitude pruning of the %s to %.0f%% over steps %.0f%%-%.0f%%, "
+      "%s dense; ternary run: kept entries sent as ternary lanes with error feedback, %s\n",
+      r.lr, r.shape.warmup, r.shape.rewind, r.momentum, r.weight_decay, r.clip,
+      static_cast<unsigned long long>(r.seed),
+      r.scope == pactrain::pruning_scope::global ? "global" : "per-tensor", pruned,
+      100.0 * c.sparsity, 100.0 * r.prune_start, 100.0 * r.prune_end, dense,
+      ternary_scale_text(c).c_str());
 }
 
 /// Throws pactrain::error for settings no run can use.

@@ -213,9 +213,7 @@ int run(int argc, char** argv) {
     return 1;
   cnn_task task(train_set, test_set, rank, ranks, r.seed);
 
-  std::size_t parameters = 0;
-  for (const auto& p : task.model()->parameters())
-    parameters += static_cast<std::size_t>(p.numel());
+  const std::size_t parameters = examples::parameter_count(*task.model());
   const std::size_t per_epoch =
       train_set.count / static_cast<std::size_t>(ranks) / static_cast<std::size_t>(r.batch);
   if (rank == 0) {
@@ -223,18 +221,9 @@ int run(int argc, char** argv) {
         "pactrain %s Fashion-MNIST on LibTorch: %d ranks, CNN %s (%zu parameters), %zu train / "
         "%zu test samples\n",
         pactrain::version_string(), ranks, model_name, parameters, train_set.count, test_set.count);
-    std::printf(
-        "%d epochs of %zu steps, batch %lld per rank (%lld global), lr %g (warm-up %g, cosine to "
-        "0; pruned runs: rewind %g), momentum %g, weight decay %g, seed %llu\n"
-        "pruned runs: gradual %s magnitude pruning of the weights to %.0f%% over steps "
-        "%.0f%%-%.0f%%, biases dense; ternary run: kept entries sent as ternary lanes with "
-        "error feedback, %s\n",
-        r.epochs, per_epoch, static_cast<long long>(r.batch),
-        static_cast<long long>(r.batch) * ranks, r.lr, r.shape.warmup, r.shape.rewind, r.momentum,
-        r.weight_decay, static_cast<unsigned long long>(r.seed),
-        r.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
-        100.0 * o.cli.sparsity, 100.0 * r.prune_start, 100.0 * r.prune_end,
-        examples::ternary_scale_text(o.cli).c_str());
+    std::printf("%d epochs of %zu steps, batch %lld per rank (%lld global)\n", r.epochs, per_epoch,
+                static_cast<long long>(r.batch), static_cast<long long>(r.batch) * ranks);
+    examples::print_recipe(o.cli, "weights", "biases");
     examples::print_progress_header();
   }
 

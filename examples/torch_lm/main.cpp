@@ -391,9 +391,7 @@ int run(int argc, char** argv) {
   if (!load(o, text, MPI_COMM_WORLD)) return 1;
   lm_task task(text, o.model, rank, ranks, r.seed);
 
-  std::size_t parameters = 0;
-  for (const auto& p : task.model()->parameters())
-    parameters += static_cast<std::size_t>(p.numel());
+  const std::size_t parameters = examples::parameter_count(*task.model());
   const std::size_t per_epoch = task.local_samples() / static_cast<std::size_t>(r.batch);
   char model_name[160];
   std::snprintf(model_name, sizeof model_name,
@@ -407,18 +405,10 @@ int run(int argc, char** argv) {
         "text: %zu fortunes from %zu files of %s, %zu bytes to train on, %zu held out\n",
         pactrain::version_string(), ranks, model_name, parameters, text.fortunes, text.files,
         o.data.c_str(), text.train.size(), text.valid.size());
-    std::printf(
-        "%d epochs of %zu steps, %lld sequences per rank (%lld tokens), lr %g (warm-up %g, "
-        "cosine to 0; pruned runs: rewind %g), momentum %g, weight decay %g, clip %g, seed %llu\n"
-        "pruned runs: gradual %s magnitude pruning of the matrices to %.0f%% over steps "
-        "%.0f%%-%.0f%%, biases and norms dense; ternary run: kept entries sent as ternary "
-        "lanes with error feedback, %s\n",
-        r.epochs, per_epoch, static_cast<long long>(r.batch),
-        static_cast<long long>(r.batch * o.model.context), r.lr, r.shape.warmup, r.shape.rewind,
-        r.momentum, r.weight_decay, r.clip, static_cast<unsigned long long>(r.seed),
-        r.scope == pactrain::pruning_scope::global ? "global" : "per-tensor",
-        100.0 * o.cli.sparsity, 100.0 * r.prune_start, 100.0 * r.prune_end,
-        examples::ternary_scale_text(o.cli).c_str());
+    std::printf("%d epochs of %zu steps, %lld sequences per rank (%lld tokens)\n", r.epochs,
+                per_epoch, static_cast<long long>(r.batch),
+                static_cast<long long>(r.batch * o.model.context));
+    examples::print_recipe(o.cli, "matrices", "biases and norms");
     examples::print_progress_header(examples::metric::bits_per_byte);
   }
 

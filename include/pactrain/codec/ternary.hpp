@@ -218,6 +218,7 @@ class ternary_codec {
     detail::check_codec_spans("ternary_codec", "encode", in.data(), in.size(), wire.data(),
                               wire.size(), sh.words);
     if (sh.words == 0) return;
+    check_scales(c, in.size());
     std::memset(wire.data(), 0, wire.size_bytes());
     // Not a structured binding: Clang 14 cannot capture one in the lambda below.
     const std::pair<std::uint32_t, std::uint32_t> key = keys(c);
@@ -230,7 +231,7 @@ class ternary_codec {
       for (std::size_t j = 0; j * sh.words + w0 < in.size(); ++j) {
         const std::size_t start = j * sh.words + w0;  // payload index of word w0's lane j
         const std::size_t n = std::min(w1 - w0, in.size() - start);
-        for_each_scale(c, in.size(), start, n, [&](std::size_t first, std::size_t count, float s) {
+        for_each_scale(c, start, n, [&](std::size_t first, std::size_t count, float s) {
           // A zero, negative, NaN or infinite scale sends t = 0 (and never divides).
           const plane pl{.g = in.data() + first,
                          .r_in = residual_in == nullptr ? nullptr : residual_in + first,
@@ -246,20 +247,25 @@ class ternary_codec {
     }
   }
 
-  // Calls f(first, count, scale) for the runs of entries [start, start + n) of an input of
-  // `size` entries that share a scale: c.scales[k] for block k, or c.scale for all (one
-  // scale per bucket, or a caller that gives one scale).
-  template <class F>
-  void for_each_scale(const codec_context& c, std::size_t size, std::size_t start, std::size_t n,
-                      F&& f) const {
-    if (opt_.scale_block == 0 || c.scales.empty()) {
-      f(start, n, c.scale);
-      return;
-    }
+  // Throws unless c gives the scales an input of `size` entries needs: one per block, or
+  // none (c.scale serves every block). Before any output is written.
+  void check_scales(const codec_context& c, std::size_t size) const {
+    if (opt_.scale_block == 0 || c.scales.empty()) return;
     PACTRAIN_EXPECTS(c.scales.size() == scale_count(size),
                      "ternary_codec: " + std::to_string(size) + " values need " +
                          std::to_string(scale_count(size)) + " scales, " +
                          std::to_string(c.scales.size()) + " given");
+  }
+
+  // Calls f(first, count, scale) for the runs of entries [start, start + n) that share a
+  // scale: c.scales[k] for block k, or c.scale for all (one scale per bucket, or a caller
+  // that gives one scale). check_scales has passed.
+  template <class F>
+  void for_each_scale(const codec_context& c, std::size_t start, std::size_t n, F&& f) const {
+    if (opt_.scale_block == 0 || c.scales.empty()) {
+      f(start, n, c.scale);
+      return;
+    }
     const std::size_t b = opt_.scale_block;
     for (std::size_t at = start, end = start + n; at < end;) {
       const std::size_t k = at / b;
@@ -369,12 +375,13 @@ class ternary_codec {
     const shape sh = shape_of(out.size(), c.size);
     detail::check_codec_spans("ternary_codec", "decode", out.data(), out.size(), wire.data(),
                               wire.size(), sh.words);
+    check_scales(c, out.size());
     const std::uint32_t mask = sh.bits == 32 ? ~0u : (1u << sh.bits) - 1u;
     for (std::size_t j = 0; j * sh.words < out.size(); ++j) {
       const std::size_t base = j * sh.words;
       const std::size_t count = std::min(sh.words, out.size() - base);
       const unsigned shift = static_cast<unsigned>(j) * sh.bits;
-      for_each_scale(c, out.size(), base, count, [&](std::size_t first, std::size_t n, float s) {
+      for_each_scale(c, base, count, [&](std::size_t first, std::size_t n, float s) {
         unpack_run(wire.data() + (first - base), out.data() + first, n, shift, mask,
                    static_cast<std::uint32_t>(bias), s / static_cast<float>(bias));
       });

@@ -83,7 +83,7 @@ class scale_exchange : public saved_scales {
     pending_.clear();
     requests_.clear();
     requests_.resize(buckets);
-    words_.assign(local_.size(), 0);
+    words_.resize(local_.size());  // a round writes its bucket's words before sending them
     reuse_ = codec.scale_from_previous_step() && ready_;
     if (reuse_) used_ = previous_;
   }
