@@ -1,5 +1,6 @@
 // cuda_bench: device gather and scatter per mask type and density (also with the fp16/bf16
-// codecs' encode and decode fused in: gather_fp16, scatter_bf16, ...), and a full sparse sync
+// codecs' encode and decode fused in: gather_fp16, scatter_bf16, ...; thrust_gather and
+// thrust_scatter: the same functors through Thrust, the reference), and a full sparse sync
 // through NCCL on one GPU, each against a cudaMemcpy device-to-device measured in the same run.
 //
 // Build and run (from the repository root, on a machine with a GPU):
@@ -21,6 +22,7 @@
 #include <pactrain/cuda/compactor.cuh>
 #include <pactrain/cuda/nccl.hpp>
 #include <pactrain/cuda/sync.cuh>
+#include <pactrain/cuda/thrust_compactor.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include <benchmark/benchmark.h>
@@ -132,20 +134,23 @@ Mask make_mask(std::size_t n, double density) {
   }
 }
 
-std::size_t mask_bytes(const cuda_compactor::plan_type& p) {
+template <class Plan>
+std::size_t mask_bytes(const Plan& p) {
   return p.device_words().size_bytes() + p.device_ranks().size_bytes() +
          p.device_indices().size_bytes();
 }
 
 // W: the payload type; half or bfloat16 for the fp16/bf16 codecs' fused encode and decode.
-template <class Mask, bool Gather, class W = float>
+// The buffers are checked once, outside the timed loop, as the engine does.
+template <class Mask, bool Gather, class W = float, class Compactor = cuda_compactor>
 void bm_compact(benchmark::State& state) {
   auto& d = dev();
   const double density = static_cast<double>(state.range(0)) / 100.0;
   const std::size_t n = entries();
-  const cuda_compactor c;
+  const Compactor c;
   // Google Benchmark calls this function several times per benchmark: build each plan once.
-  static std::map<long, cuda_compactor::plan_type> plans;
+  // Never destroyed: static destructors run after the CUDA runtime has shut down.
+  static auto& plans = *new std::map<long, typename Compactor::plan_type>;
   auto it = plans.find(state.range(0));
   if (it == plans.end()) {
     it = plans.emplace(state.range(0), c.make_plan(make_mask<Mask>(n, density), d.stream)).first;
@@ -154,16 +159,20 @@ void bm_compact(benchmark::State& state) {
   const std::span<float> dense(d.dense.data(), n);
   const std::span<float> out(d.out.data(), n);
   const std::span<W> payload(reinterpret_cast<W*>(d.payload.data()), plan.count());
-  c.gather_async(plan, std::span<const float>(dense), payload, d.stream);
+  c.gather_async(plan, std::span<const float>(dense), payload, d.stream);  // checks the buffers
+  c.scatter_async(plan, std::span<const W>(payload), out, 0.5f, d.stream);
+  constexpr detail::device_buffers_checked checked{};
   std::size_t moved = 0;
   double seconds = 0;
   if constexpr (Gather) {
-    seconds = timed(
-        state, [&] { c.gather_async(plan, std::span<const float>(dense), payload, d.stream); });
+    seconds = timed(state, [&] {
+      c.gather_async(plan, std::span<const float>(dense), payload, d.stream, checked);
+    });
     moved = n * sizeof(float) + plan.count() * sizeof(W);
   } else {
-    seconds = timed(
-        state, [&] { c.scatter_async(plan, std::span<const W>(payload), out, 0.5f, d.stream); });
+    seconds = timed(state, [&] {
+      c.scatter_async(plan, std::span<const W>(payload), out, 0.5f, d.stream, checked);
+    });
     moved = plan.count() * sizeof(W) + n * sizeof(float);
   }
   // Index plans read only kept entries of the dense side (gather) and need a memset (scatter).
@@ -174,14 +183,18 @@ void bm_compact(benchmark::State& state) {
   state.counters["density"] = density;
 }
 
-ncclComm_t nccl() {
-  static ncclComm_t comm = [] {
-    ncclComm_t c = nullptr;
+// One NCCL communicator of one rank on device 0, destroyed at exit.
+struct nccl_world {
+  ncclComm_t comm = nullptr;
+  nccl_world() {
     int dev0 = 0;
-    PACTRAIN_NCCL_TRY(nullptr, ncclCommInitAll(&c, 1, &dev0));
-    return c;
-  }();
-  return comm;
+    PACTRAIN_NCCL_TRY(nullptr, ncclCommInitAll(&comm, 1, &dev0));
+  }
+  ~nccl_world() { (void)ncclCommDestroy(comm); }
+};
+ncclComm_t nccl() {
+  static nccl_world w;
+  return w.comm;
 }
 
 void bm_sync(benchmark::State& state) {
@@ -256,11 +269,18 @@ BENCHMARK(bm_compact<bitmap_mask, true, pactrain::bfloat16>)
 BENCHMARK(bm_compact<bitmap_mask, false, pactrain::bfloat16>)
     ->Name("scatter_bf16/bitmap")
     ->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, true, float, thrust_compactor>)
+    ->Name("thrust_gather/bitmap")
+    ->Apply(args);
+BENCHMARK(bm_compact<bitmap_mask, false, float, thrust_compactor>)
+    ->Name("thrust_scatter/bitmap")
+    ->Apply(args);
 BENCHMARK(bm_sync)->Name("sync/nccl1")->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   if (detail::cuda_device_count() == 0) {
-    std::printf("no CUDA device found: benchmark skipped\n");
+    std::printf("no CUDA device usable: %s: benchmark skipped\n",
+                detail::cuda_device_status().c_str());
     return 77;
   }
   benchmark::Initialize(&argc, argv);

@@ -5,6 +5,14 @@
 include_guard(GLOBAL)
 include(PactrainTesting)
 
+# pactrain_thrust_cpu(<target>): builds <target> with the host compiler on Thrust's CPP device
+# system, so that device code written as Thrust algorithms over host-device functors runs on
+# the CPU (label cuda-host).
+function(pactrain_thrust_cpu target)
+  target_include_directories(${target} SYSTEM PRIVATE "${PACTRAIN_CCCL_INCLUDE_DIR}")
+  target_compile_definitions(${target} PRIVATE THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+endfunction()
+
 # pactrain_add_gpu_test(<source> [RANKS <n>...] [LIBRARIES <lib>...]): a doctest executable
 # pactrain_gpu_<stem> in <build>/tests/cuda, registered as gpu.<stem> (or, with RANKS, once per
 # rank count under mpiexec as gpu.<stem>.np<N>), label gpu, skipped on exit code 77. Without

@@ -74,6 +74,14 @@ function(pactrain_add_header_check)
         target_link_libraries(pactrain_header_check_cuda PRIVATE ${lib})
       endif()
     endforeach()
+    # thrust_compactor.hpp needs nvcc on Thrust's CUDA system; with a host compiler it is
+    # checked on the CPP system, as the cuda-host tests build it.
+    if(PACTRAIN_CCCL_INCLUDE_DIR)
+      target_include_directories(pactrain_header_check_cuda SYSTEM PRIVATE
+        "${PACTRAIN_CCCL_INCLUDE_DIR}")
+      target_compile_definitions(pactrain_header_check_cuda PRIVATE
+        THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+    endif()
     pactrain_target_defaults(pactrain_header_check_cuda)
   endif()
 endfunction()

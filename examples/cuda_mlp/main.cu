@@ -393,7 +393,8 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   return examples::run_main(argc, argv, "cuda_mlp", [&] {
     if (pactrain::detail::cuda_device_count() == 0) {
-      std::printf("cuda_mlp: no CUDA device found\n");
+      std::printf("cuda_mlp: no CUDA device usable: %s\n",
+                  pactrain::detail::cuda_device_status().c_str());
       return 77;
     }
     return run(argc, argv);

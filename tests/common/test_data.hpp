@@ -114,6 +114,27 @@ inline param_layout small_layout() {
   return l;
 }
 
+/// Nine words and a tail of 13 entries: whole words kept or pruned, single bytes and nibbles,
+/// alternating bits, and a last word that ends mid-byte, so that every fast path and every
+/// tail of a compaction kernel is taken.
+inline bitmap_mask word_pattern_mask() {
+  return bitmap_mask::from_predicate(64 * 9 + 13, [](std::size_t i) {
+    const std::size_t j = i % 64;
+    switch (i / 64) {
+      case 0: return true;
+      case 1: return false;
+      case 2: return j < 8;
+      case 3: return j % 2 == 1;
+      case 4: return j >= 60;
+      case 5: return j % 9 == 0;
+      case 6: return (j / 4) % 2 == 0;
+      case 7: return j == 63;
+      case 8: return j != 5;
+      default: return j % 3 != 0;
+    }
+  });
+}
+
 inline constexpr double densities[] = {0.0, 0.01, 0.5, 0.99, 1.0};
 inline constexpr std::size_t sizes[] = {0, 1, 7, 63, 64, 65, 127, 200, 1000, 4099};
 

@@ -11,7 +11,8 @@
 
 int main(int argc, char** argv) {
   if (pactrain::detail::cuda_device_count() == 0) {
-    std::printf("no CUDA device found: test skipped\n");
+    std::printf("no CUDA device usable: %s: test skipped\n",
+                pactrain::detail::cuda_device_status().c_str());
     return 77;
   }
   doctest::Context context(argc, argv);

@@ -1,6 +1,7 @@
 // mpi_cuda_communicator and the device sync engine over MPI, several ranks sharing one GPU:
-// bit-for-bit equality with a dense MPI_Allreduce of the masked gradients, the staged and the
-// detected transfer paths, and the agreement. Every rank exits with 77 without a GPU.
+// bit-for-bit equality with the host engine over MPI (sync_checks.hpp: every mask type, value
+// type and 16-bit codec), the staged and the detected transfer paths, and the agreement. Every rank
+// exits with 77 without a GPU.
 #include <doctest/doctest.h>
 
 #include <pactrain/cuda/mpi_cuda.hpp>
@@ -10,6 +11,7 @@
 #include "common/cuda_helpers.cuh"
 #include "common/mpi_helpers.hpp"
 #include "common/test_data.hpp"
+#include "cuda/sync_checks.hpp"
 
 #include <mpi.h>
 
@@ -29,15 +31,6 @@ extern "C" int pactrain_mpi_test_skip_code() {
 }
 
 namespace {
-
-template <class T>
-std::vector<T> reduced_mean(std::vector<T> g) {
-  MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()),
-                std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const T scale = T(1) / static_cast<T>(world_size());
-  for (auto& v : g) v *= scale;
-  return g;
-}
 
 constexpr mpi_device_transfer transfers[] = {mpi_device_transfer::automatic,
                                              mpi_device_transfer::staged};
@@ -67,27 +60,18 @@ TEST_CASE("device buffers through MPI: allreduce and broadcast") {
   }
 }
 
-TEST_CASE_TEMPLATE("the device engine over MPI equals a dense allreduce", Mask, bitmap_mask,
-                   index_mask) {
-  param_layout l(2000);
-  l.add("conv.weight", 16, 75).add("conv.bias", 16).add("fc1.weight", 120, 33);
-  l.add("unused", 0).add("fc1.bias", 120).add("fc2.weight", 10, 121).add("fc2.bias", 10);
-  for (auto transfer : transfers) {
-    pactrain::sync<Mask, cuda_compactor, mpi_cuda_communicator> s{
-        mpi_cuda_communicator{MPI_COMM_WORLD, nullptr, transfer}, l};
-    for (double d : test::densities) {
-      CAPTURE(d);
-      const auto masks = test::masks_for<Mask>(l, d, 100);
-      s.set_masks(masks);
-      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
-        s.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), strategy));
-        const auto g = test::values<float>(l.total_size(), 40, world_rank());
-        const auto want = reduced_mean(test::masked(l, masks, g));
-        device_array<float> dg(g);
-        s.allreduce(dg.span());
-        CHECK(test::bad_entries(dg.host(), want) == 0);
-      }
-    }
+TEST_CASE("the device engine over MPI equals the host engine over MPI") {
+  // Reduce ops, value types, the 1/P scale and the cross-rank layout, on several ranks.
+  auto host = [] { return mpi_communicator{MPI_COMM_WORLD}; };
+  SUBCASE("transfer automatic") {
+    auto dev = [] { return mpi_cuda_communicator{MPI_COMM_WORLD}; };
+    test::make_sync_checks<cuda_compactor>(dev, host, world_rank(), {}, false).all();
+  }
+  SUBCASE("transfer staged") {
+    auto dev = [] {
+      return mpi_cuda_communicator{MPI_COMM_WORLD, nullptr, mpi_device_transfer::staged};
+    };
+    test::make_sync_checks<cuda_compactor>(dev, host, world_rank(), {}, false).all();
   }
 }
 

@@ -113,25 +113,7 @@ TEST_CASE_TEMPLATE("block masks, sizes not a multiple of the block", T, float, d
 }
 
 TEST_CASE_TEMPLATE("word patterns that exercise every SIMD branch", T, float, double) {
-  // Whole words kept or pruned, single bytes and nibbles, alternating bits, and a last word
-  // that ends mid-byte, so that every fast path and every tail is taken.
-  const std::size_t n = 64 * 9 + 13;
-  const auto m = bitmap_mask::from_predicate(n, [](std::size_t i) {
-    const std::size_t w = i / 64;
-    const std::size_t j = i % 64;
-    switch (w) {
-      case 0: return true;
-      case 1: return false;
-      case 2: return j < 8;
-      case 3: return j % 2 == 1;
-      case 4: return j >= 60;
-      case 5: return j % 9 == 0;
-      case 6: return (j / 4) % 2 == 0;
-      case 7: return j == 63;
-      case 8: return j != 5;
-      default: return j % 3 != 0;
-    }
-  });
+  const auto m = test::word_pattern_mask();
   check_mask<T>(m, 9);
 }
 

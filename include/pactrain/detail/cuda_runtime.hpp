@@ -34,7 +34,7 @@ inline void cuda_check(cudaError_t rc, const char* call, const char* file, int l
 namespace pactrain::detail {
 
 /// Number of CUDA devices usable here; 0 when the runtime reports any error (no driver, no
-/// device), which is how the tests decide to skip.
+/// device), which is how the tests decide to skip. cuda_device_status() says which error.
 inline int cuda_device_count() noexcept {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -42,6 +42,19 @@ inline int cuda_device_count() noexcept {
     return 0;
   }
   return n;
+}
+
+/// Why CUDA devices are or are not usable here, for messages: "1 CUDA device(s)", or the
+/// runtime's error, e.g. "cudaErrorInsufficientDriver (CUDA driver version is insufficient for
+/// CUDA runtime version)" when the driver is older than the runtime needs.
+inline std::string cuda_device_status() {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")";
+  }
+  return std::to_string(n) + " CUDA device(s)";
 }
 
 /// True when `p` can be read by device code on the current device: device memory or
@@ -106,7 +119,8 @@ class device_buffer {
 
  private:
   void release() noexcept {
-    if (data_ != nullptr) (void)cudaFreeAsync(data_, stream_);  // destructors cannot throw
+    // Destructors cannot throw; a dropped error is cleared so that no later call reports it.
+    if (data_ != nullptr && cudaFreeAsync(data_, stream_) != cudaSuccess) (void)cudaGetLastError();
     data_ = nullptr;
     size_ = 0;
   }
@@ -146,12 +160,61 @@ class pinned_buffer {
 
  private:
   void release() noexcept {
-    if (data_ != nullptr) (void)cudaFreeHost(data_);
+    if (data_ != nullptr && cudaFreeHost(data_) != cudaSuccess) (void)cudaGetLastError();
     data_ = nullptr;
     size_ = 0;
   }
   T* data_ = nullptr;
   std::size_t size_ = 0;
+};
+
+/// Marks the end of an engine's last step, so that the engine never keeps a raw stream: a
+/// step on another stream waits for it on the device, and the destructor waits for it on the
+/// host even after the user has destroyed that stream. Created on first use; movable.
+class cuda_event {
+ public:
+  cuda_event() = default;
+  cuda_event(cuda_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)), recorded_(o.recorded_) {}
+  cuda_event& operator=(cuda_event&& o) noexcept {
+    if (this != &o) {
+      release();
+      e_ = std::exchange(o.e_, nullptr);
+      recorded_ = o.recorded_;
+    }
+    return *this;
+  }
+  cuda_event(const cuda_event&) = delete;
+  cuda_event& operator=(const cuda_event&) = delete;
+  ~cuda_event() { release(); }
+
+  /// Marks the point after the work queued so far on `s`.
+  void record(cudaStream_t s) {
+    if (e_ == nullptr) PACTRAIN_CUDA_TRY(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
+    PACTRAIN_CUDA_TRY(cudaEventRecord(e_, s));
+    recorded_ = true;
+  }
+  /// Work queued on `s` after this call runs after the marked point.
+  void order(cudaStream_t s) const {
+    if (recorded_) PACTRAIN_CUDA_TRY(cudaStreamWaitEvent(s, e_, 0));
+  }
+  /// Waits on the host for the marked point.
+  void wait() const {
+    if (recorded_) PACTRAIN_CUDA_TRY(cudaEventSynchronize(e_));
+  }
+  /// As wait(), for destructors: an error is dropped and cleared from the runtime's last
+  /// error, so that it is not reported by an unrelated later call.
+  void wait_noexcept() const noexcept {
+    if (recorded_ && cudaEventSynchronize(e_) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+ private:
+  void release() noexcept {
+    if (e_ != nullptr && cudaEventDestroy(e_) != cudaSuccess) (void)cudaGetLastError();
+    e_ = nullptr;
+    recorded_ = false;
+  }
+  cudaEvent_t e_ = nullptr;
+  bool recorded_ = false;
 };
 
 }  // namespace pactrain::detail

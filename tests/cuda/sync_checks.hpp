@@ -1,0 +1,173 @@
+// The device sync engine's expectations, shared by every backend and communicator: the GPU
+// tests run them with cuda_compactor over NCCL (one rank) and MPI (several ranks sharing a
+// GPU), sync_thrust_cpu_test.cpp on the CPU with thrust_compactor over MPI (label cuda-host).
+//
+// The reference is the host engine with a host communicator over the same ranks, on the same
+// rank-dependent values: equal bit for bit, statistics included, for every mask type, density,
+// strategy, value type and 16-bit codec. Values are not dyadic, so the codecs' rounding and
+// the 1/P scale are exercised; both engines reduce the same buckets in the same order.
+//
+//   make_sync_checks<Compactor>(make_comm, make_host_comm, rank[, stream, same_reduction]).all()
+// make_comm() gives the device engine's communicator, make_host_comm() the host engine's.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <pactrain/codec/half_cast.hpp>
+#include <pactrain/pactrain.hpp>
+
+#include "common/device_array.hpp"
+#include "common/test_data.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace pactrain::test {
+
+// The factories are std::function, so that one instantiation serves every caller with the
+// same compactor and communicator types (each is a large one: nvcc takes tens of seconds).
+template <class Compactor, class Comm, class HostComm>
+struct sync_checks {
+  using exec = typename Compactor::exec_type;
+  using stream_type = typename Compactor::stream_type;
+  template <class T>
+  using array = basic_device_array<T, exec>;
+  using comm_type = Comm;
+  using host_comm_type = HostComm;
+
+  std::function<Comm()> make_comm;
+  std::function<HostComm()> make_host_comm;
+  int rank = 0;
+  stream_type stream{};
+
+  // Whether both engines reduce each bucket with the same algorithm (the same host
+  // communicator's nonblocking allreduce, or one rank). Where they may not (a device
+  // communicator on several ranks), sums must not depend on the order: values are then
+  // dyadic, exactly summable in the wire type.
+  bool same_reduction = true;
+
+  template <class Codec = identity_codec<float>>
+  std::vector<typename Codec::value_type> grads(std::size_t n, std::uint64_t seed) const {
+    using T = typename Codec::value_type;
+    const auto r = static_cast<std::uint64_t>(rank);
+    if (!same_reduction) {
+      if constexpr (std::is_same_v<Codec, fp16_codec>) return small_values(n, seed, r, 255);
+      if constexpr (std::is_same_v<Codec, bf16_codec>) return small_values(n, seed, r, 15);
+      return values<T>(n, seed, r);
+    }
+    std::vector<T> g(n);
+    const auto s = spread_values(n, seed, r);
+    for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<T>(s[i]) * T(3.7);
+    return g;
+  }
+
+  template <class Mask, class Codec>
+  void against_host(const param_layout& l) const {
+    using T = typename Codec::value_type;
+    pactrain::sync<Mask, Compactor, comm_type, Codec> ds{make_comm(),    l,       Compactor{},
+                                                         sync_options{}, Codec{}, stream};
+    pactrain::sync<Mask, host_compactor, host_comm_type, Codec> hs{make_host_comm(), l};
+    for (double d : densities) {
+      CAPTURE(d);
+      const auto masks = masks_for<Mask>(l, d, 17);
+      ds.set_masks(masks);
+      hs.set_masks(masks);
+      CHECK(ds.masks() == masks);
+      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+        const std::string strategy_name = to_string(strategy);
+        CAPTURE(strategy_name);
+        const std::vector<bucket_strategy> st(l.buckets().size(), strategy);
+        ds.set_strategies(st);
+        hs.set_strategies(st);
+        for (int step = 0; step < 2; ++step) {
+          auto g = grads<Codec>(l.total_size(), 3 + step);
+          array<T> dg(g);
+          ds.allreduce(dg.span(), stream);
+          hs.allreduce(std::span<T>(g));
+          CHECK(bad_entries(dg.host(), g) == 0);
+        }
+        CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
+        CHECK(ds.stats().collectives == hs.stats().collectives);
+        CHECK(ds.stats().dense_bytes == hs.stats().dense_bytes);
+        CHECK(ds.step() == hs.step());
+      }
+    }
+  }
+
+  // A fully pruned model sends nothing and zeroes everything.
+  void fully_pruned() const {
+    const auto l = small_layout();
+    pactrain::sync<bitmap_mask, Compactor, comm_type> ds{make_comm(), l, stream};
+    ds.set_masks(masks_for<bitmap_mask>(l, 0.0, 1));
+    array<float> g(grads(l.total_size(), 1));
+    ds.allreduce(g.data(), g.size(), stream);
+    CHECK(same_bits(g.host(), std::vector<float>(l.total_size(), 0.0f)));
+    CHECK(ds.stats().collectives == 0);
+    CHECK(ds.stats().bytes_sent == 0);
+  }
+
+  // Bad input is refused on every rank before anything is queued, and changes nothing.
+  void bad_input() const {
+    const auto l = small_layout();
+    pactrain::sync<bitmap_mask, Compactor, comm_type> ds{make_comm(), l, stream};
+    const auto masks = masks_for<bitmap_mask>(l, 0.5, 5);
+    ds.set_masks(masks);
+    const auto g0 = grads(l.total_size(), 2);
+    array<float> g(g0);
+    CHECK_THROWS_WITH_AS(ds.allreduce(g.span().first(783), stream),
+                         doctest::Contains("buffer has 783 entries, the layout 784"), error);
+    CHECK_THROWS_WITH_AS(ds.allreduce(static_cast<float*>(nullptr), 5, stream),
+                         doctest::Contains("null buffer"), error);
+    CHECK(g.host() == g0);
+    auto wrong = masks;
+    wrong[3] = bitmap_mask::full(10);
+    CHECK_THROWS_WITH_AS(ds.set_masks(wrong),
+                         doctest::Contains("mask of tensor 'fc2.weight' has 10 entries"), error);
+    CHECK_THROWS_WITH_AS(ds.set_strategies({bucket_strategy::dense}),
+                         doctest::Contains("1 strategies given for 3 buckets"), error);
+    CHECK_THROWS_WITH_AS(ds.set_strategies({bucket_strategy::dense, bucket_strategy::sparse_plain,
+                                            bucket_strategy::sparse}),
+                         doctest::Contains("runs the sparse and dense strategies only"), error);
+    CHECK_THROWS_WITH_AS(ds.reject_masks("policy failed"), doctest::Contains("policy failed"),
+                         error);
+    CHECK(ds.masks() == masks);
+    CHECK(ds.stats().steps == 0);
+  }
+
+  void all() const {
+    SUBCASE("bitmap masks") { against_host<bitmap_mask, identity_codec<float>>(small_layout()); }
+    SUBCASE("index masks") { against_host<index_mask, identity_codec<float>>(small_layout()); }
+    SUBCASE("block masks") { against_host<block_mask<4>, identity_codec<float>>(small_layout()); }
+    SUBCASE("double gradients, one big bucket") {
+      param_layout l(1 << 20);
+      l.add("a", 1000, 300).add("b", 300).add("c", 4099);
+      against_host<bitmap_mask, identity_codec<double>>(l);
+    }
+    SUBCASE("fp16") {
+      against_host<bitmap_mask, fp16_codec>(small_layout());
+      against_host<index_mask, fp16_codec>(small_layout());
+    }
+    SUBCASE("bf16") {
+      against_host<bitmap_mask, bf16_codec>(small_layout());
+      against_host<block_mask<4>, bf16_codec>(small_layout());
+    }
+    SUBCASE("fully pruned") { fully_pruned(); }
+    SUBCASE("bad input") { bad_input(); }
+  }
+};
+
+template <class Compactor, class MakeComm, class MakeHostComm>
+auto make_sync_checks(MakeComm make_comm, MakeHostComm make_host_comm, int rank,
+                      typename Compactor::stream_type stream = {}, bool same_reduction = true) {
+  using comm = decltype(make_comm());
+  using host_comm = decltype(make_host_comm());
+  return sync_checks<Compactor, comm, host_comm>{
+      std::function<comm()>(std::move(make_comm)),
+      std::function<host_comm()>(std::move(make_host_comm)), rank, stream, same_reduction};
+}
+
+}  // namespace pactrain::test

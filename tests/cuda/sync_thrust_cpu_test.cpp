@@ -1,0 +1,30 @@
+// The device sync engine's expectations (sync_checks.hpp) on the CPU: the engine over
+// thrust_compactor, built with the host compiler on Thrust's CPP device system, with
+// mpi_communicator (device memory is host memory there), against the host engine on the same
+// ranks. Label cuda-host; needs no GPU.
+#include <doctest/doctest.h>
+
+#include <pactrain/cuda/thrust_compactor.hpp>
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+
+#include "common/mpi_helpers.hpp"
+#include "cuda/sync_checks.hpp"
+
+#include <mpi.h>
+
+static_assert(THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CPP,
+              "this test runs the device math on the CPU: build it with "
+              "-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP");
+
+using namespace pactrain;
+
+TEST_CASE("the device engine on the CPU equals the host engine bit for bit") {
+  auto world = [] { return mpi_communicator{MPI_COMM_WORLD}; };
+  test::make_sync_checks<thrust_compactor>(world, world, test::world_rank()).all();
+}
+
+TEST_CASE("one rank without MPI: the loopback communicator") {
+  auto loop = [] { return loopback_communicator{}; };
+  test::make_sync_checks<thrust_compactor>(loop, loop, 0).all();
+}
