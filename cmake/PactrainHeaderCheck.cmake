@@ -9,7 +9,9 @@
 #                              cuda/nccl.hpp, ...), with the host compiler, against
 #                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
 # torch.hpp is not checked here: tests/torch/torch_adapter_test.cpp includes it first, and a
-# LibTorch translation unit costs about 40 s of a 2-core machine.
+# LibTorch translation unit costs about 40 s of a 2-core machine. Nor is
+# cuda/thrust_compactor.hpp (it needs nvcc, or Thrust's CPP system): the cuda-host test
+# (tests/cuda/thrust_cpu_test.cpp) includes it first.
 # Headers under detail/ are the implementation's, never included by users; the public headers
 # that include them are checked (17 fewer translation units, about 10 s of a 2-core build).
 # *.cuh headers need nvcc and are skipped; *.inl files are implementation fragments included by
@@ -42,7 +44,9 @@ function(pactrain_add_header_check)
 #include <${header}>
 #include <${header}>
 " @ONLY)
-    if(header MATCHES "cuda|nccl")
+    if(header MATCHES "thrust_compactor")
+      # See the top of this file.
+    elseif(header MATCHES "cuda|nccl")
       if(TARGET pactrain::cuda AND (TARGET pactrain::nccl OR NOT header MATCHES "nccl")
          AND (TARGET pactrain::mpi OR NOT header MATCHES "mpi"))
         list(APPEND cuda_sources "${source}")
@@ -74,14 +78,6 @@ function(pactrain_add_header_check)
         target_link_libraries(pactrain_header_check_cuda PRIVATE ${lib})
       endif()
     endforeach()
-    # thrust_compactor.hpp needs nvcc on Thrust's CUDA system; with a host compiler it is
-    # checked on the CPP system, as the cuda-host tests build it.
-    if(PACTRAIN_CCCL_INCLUDE_DIR)
-      target_include_directories(pactrain_header_check_cuda SYSTEM PRIVATE
-        "${PACTRAIN_CCCL_INCLUDE_DIR}")
-      target_compile_definitions(pactrain_header_check_cuda PRIVATE
-        THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
-    endif()
     pactrain_target_defaults(pactrain_header_check_cuda)
   endif()
 endfunction()

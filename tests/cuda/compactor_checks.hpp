@@ -1,9 +1,9 @@
 // The device compactor's expectations, shared by every backend: compactor_cuda_test.cu runs
-// them on the GPU (cuda_compactor, its striding loops, and thrust_compactor as the reference),
-// compactor_thrust_cpu_test.cpp on the CPU (thrust_compactor on Thrust's CPP system, label
-// cuda-host). Each result equals host_compactor's bit for bit: every mask type, size, density,
-// value type and scale of the host test, tensors at any offset in their buffer, 16-bit payloads
-// with rounding (ties, subnormals, overflow), and bad sizes rejected before anything runs.
+// them on the GPU (cuda_compactor and its striding loops), thrust_cpu_test.cpp on the CPU
+// (thrust_compactor on Thrust's CPP system, label cuda-host). Each result equals host_compactor's
+// bit for bit: every mask type, size, density, value type and scale of the host test, tensors at
+// any offset in their buffer, 16-bit payloads with rounding (ties, subnormals, overflow), and bad
+// sizes rejected before anything runs.
 #pragma once
 
 #include <doctest/doctest.h>

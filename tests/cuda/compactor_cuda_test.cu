@@ -1,13 +1,13 @@
 // cuda_compactor against host_compactor, bit for bit (compactor_checks.hpp: every mask type,
 // size, density, value type, scale and offset of the host test; 16-bit rounding; bad sizes),
-// also with a grid of 3 blocks so that the kernels' striding loops run, and thrust_compactor
-// (Thrust's CUDA system, the reference path); non-default and per-bucket streams; host memory
-// refused. Skips (77) without a GPU.
+// also with a grid of 3 blocks so that the kernels' striding loops run; non-default and
+// per-bucket streams; host memory refused. Skips (77) without a GPU. The same checks run
+// thrust_compactor on the CPU (thrust_cpu_test.cpp); pactrain_cuda_bench times it on the GPU
+// beside these kernels.
 #include <doctest/doctest.h>
 
 #include <pactrain/compactor.hpp>
 #include <pactrain/cuda/compactor.cuh>
-#include <pactrain/cuda/thrust_compactor.hpp>
 
 #include "common/cuda_helpers.cuh"
 #include "common/test_data.hpp"
@@ -26,10 +26,6 @@ TEST_CASE("cuda_compactor equals host_compactor bit for bit") {
 
 TEST_CASE("cuda_compactor with a grid of 3 blocks: the striding loops") {
   test::compactor_checks<cuda_compactor>{cuda_compactor{detail::cuda_exec{.max_blocks = 3}}}.all();
-}
-
-TEST_CASE("thrust_compactor on the GPU (the reference path) equals host_compactor") {
-  test::compactor_checks<thrust_compactor>{}.all();
 }
 
 TEST_CASE("plans move; a non-default stream and per-bucket streams") {

@@ -1,11 +1,12 @@
 // The device sync engine's expectations, shared by every backend and communicator: the GPU
 // tests run them with cuda_compactor over NCCL (one rank) and MPI (several ranks sharing a
-// GPU), sync_thrust_cpu_test.cpp on the CPU with thrust_compactor over MPI (label cuda-host).
+// GPU), thrust_cpu_test.cpp on the CPU with thrust_compactor over MPI (label cuda-host).
 //
 // The reference is the host engine with a host communicator over the same ranks, on the same
 // rank-dependent values: equal bit for bit, statistics included, for every mask type, density,
-// strategy, value type and 16-bit codec. Values are not dyadic, so the codecs' rounding and
-// the 1/P scale are exercised; both engines reduce the same buckets in the same order.
+// strategy (the plain ones bypass the codec), value type and 16-bit codec. Values are not dyadic,
+// so the codecs' rounding and the 1/P scale are exercised; both engines reduce the same buckets in
+// the same order.
 //
 //   make_sync_checks<Compactor>(make_comm, make_host_comm, rank[, stream, same_reduction]).all()
 // make_comm() gives the device engine's communicator, make_host_comm() the host engine's.
@@ -77,7 +78,8 @@ struct sync_checks {
       ds.set_masks(masks);
       hs.set_masks(masks);
       CHECK(ds.masks() == masks);
-      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense}) {
+      for (auto strategy : {bucket_strategy::sparse, bucket_strategy::dense,
+                            bucket_strategy::sparse_plain, bucket_strategy::dense_plain}) {
         const std::string strategy_name = to_string(strategy);
         CAPTURE(strategy_name);
         const std::vector<bucket_strategy> st(l.buckets().size(), strategy);
@@ -96,6 +98,53 @@ struct sync_checks {
         CHECK(ds.step() == hs.step());
       }
     }
+  }
+
+  // The three-phase step: buckets submitted in any order (the others at finish_step) give
+  // the one-call step's results; misuse is refused and leaves no step open.
+  void three_phase() const {
+    const auto l = small_layout();
+    pactrain::sync<bitmap_mask, Compactor, comm_type, fp16_codec> ds{
+        make_comm(), l, Compactor{}, sync_options{}, fp16_codec{}, stream};
+    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, fp16_codec> hs{make_host_comm(), l};
+    const auto masks = masks_for<bitmap_mask>(l, 0.5, 3);
+    ds.set_masks(masks);
+    hs.set_masks(masks);
+    const std::vector<bucket_strategy> st{bucket_strategy::sparse, bucket_strategy::dense,
+                                          bucket_strategy::sparse_plain};
+    ds.set_strategies(st);
+    hs.set_strategies(st);
+    for (const std::vector<std::size_t>& order :
+         {std::vector<std::size_t>{2, 0}, std::vector<std::size_t>{}, {1, 2, 0}}) {
+      auto g = grads<fp16_codec>(l.total_size(), 7 + order.size());
+      array<float> dg(g);
+      CHECK_FALSE(ds.in_step());
+      ds.begin_step(dg.span(), stream);
+      CHECK(ds.in_step());
+      for (std::size_t b : order) ds.submit_bucket(b);
+      ds.finish_step();
+      CHECK_FALSE(ds.in_step());
+      hs.allreduce(std::span<float>(g));
+      CHECK(bad_entries(dg.host(), g) == 0);
+      CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
+      CHECK(ds.stats().collectives == hs.stats().collectives);
+    }
+    CHECK(ds.step() == 3);
+    array<float> dg(grads(l.total_size(), 1));
+    CHECK_THROWS_WITH_AS(ds.submit_bucket(0), doctest::Contains("no step is open"), error);
+    CHECK_THROWS_WITH_AS(ds.finish_step(), doctest::Contains("no step is open"), error);
+    ds.begin_step(dg.span(), stream);
+    CHECK_THROWS_WITH_AS(ds.begin_step(dg.span(), stream), doctest::Contains("a step is open"),
+                         error);
+    CHECK_THROWS_WITH_AS(ds.set_masks(masks), doctest::Contains("a step is open"), error);
+    CHECK_THROWS_WITH_AS(ds.submit_bucket(3), doctest::Contains("bucket 3 of 3"), error);
+    ds.submit_bucket(1);
+    CHECK_THROWS_WITH_AS(ds.submit_bucket(1), doctest::Contains("already submitted"), error);
+    ds.finish_step();
+    CHECK(ds.step() == 4);
+    CHECK_THROWS_WITH_AS(ds.begin_step(dg.span().first(5), stream),
+                         doctest::Contains("buffer has 5 entries"), error);
+    CHECK_FALSE(ds.in_step());
   }
 
   // A fully pruned model sends nothing and zeroes everything.
@@ -129,9 +178,10 @@ struct sync_checks {
                          doctest::Contains("mask of tensor 'fc2.weight' has 10 entries"), error);
     CHECK_THROWS_WITH_AS(ds.set_strategies({bucket_strategy::dense}),
                          doctest::Contains("1 strategies given for 3 buckets"), error);
-    CHECK_THROWS_WITH_AS(ds.set_strategies({bucket_strategy::dense, bucket_strategy::sparse_plain,
-                                            bucket_strategy::sparse}),
-                         doctest::Contains("runs the sparse and dense strategies only"), error);
+    CHECK_THROWS_WITH_AS(
+        ds.set_strategies({bucket_strategy::dense, bucket_strategy::sparse_plain,
+                           bucket_strategy{static_cast<payload_kind>(7), encoding_kind::coded}}),
+        doctest::Contains("is not one of sparse, dense"), error);
     CHECK_THROWS_WITH_AS(ds.reject_masks("policy failed"), doctest::Contains("policy failed"),
                          error);
     CHECK(ds.masks() == masks);
@@ -155,6 +205,7 @@ struct sync_checks {
       against_host<bitmap_mask, bf16_codec>(small_layout());
       against_host<block_mask<4>, bf16_codec>(small_layout());
     }
+    SUBCASE("three-phase step") { three_phase(); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }
   }

@@ -1,7 +1,7 @@
 // nccl_communicator on one rank and the device sync engine over it: results equal the host
 // engine's bit for bit (sync_checks.hpp) on the default and a non-default stream; steps on
 // alternating streams; an engine that outlives its streams; host memory refused. (The engine
-// over thrust_compactor runs these checks on the CPU: sync_thrust_cpu_test.) Skips (77)
+// over thrust_compactor runs these checks on the CPU: thrust_cpu_test.) Skips (77)
 // without a GPU.
 #include <doctest/doctest.h>
 

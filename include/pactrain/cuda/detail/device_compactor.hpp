@@ -118,6 +118,20 @@ class basic_device_compactor {
     return p;
   }
 
+  /// The entry of a plan's tensor in a bucket-wide launch (detail::bucket_tensor): the tensor
+  /// starts at `offset` in the gradient buffer and at `payload` in the bucket's payload, and
+  /// its work items after `first_item` others.
+  [[nodiscard]] static detail::bucket_tensor bucket_entry(const plan_type& p, std::size_t offset,
+                                                          std::size_t payload,
+                                                          std::size_t first_item) noexcept {
+    const bool by_index = p.format_ == plan_format::indices;
+    return {p.view(), p.indices_.data(), by_index, p.count_, offset, payload, first_item};
+  }
+  /// Work items of a plan's tensor in a bucket-wide launch.
+  [[nodiscard]] static std::size_t bucket_items(const plan_type& p) noexcept {
+    return detail::bucket_items(p.size_, p.count_, p.format_ == plan_format::indices);
+  }
+
   /// payload[k] = dense[k-th kept index], queued on `stream`; never synchronises. Throws
   /// pactrain::error, launching nothing, unless the sizes fit the plan and both buffers are
   /// disjoint device memory. A half or bfloat16 payload gets each value rounded to nearest even.

@@ -17,6 +17,7 @@
 #include <pactrain/mask.hpp>
 #include <pactrain/sync.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -52,8 +53,10 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   using core = detail::sync_core<sync, Mask, compactor_t, Comm, Codec, Feedback>;
   friend core;
   static constexpr bool checked_supported = false;  // sync_options::checked: host engine only
+  // Plain buckets send value_type, coded ones wire_type: the communicator reduces both.
   static constexpr bool stream_ordered =
-      detail::stream_ordered_for<Comm, Exec, typename Codec::wire_type>;
+      detail::stream_ordered_for<Comm, Exec, typename Codec::wire_type> &&
+      detail::stream_ordered_for<Comm, Exec, typename Codec::value_type>;
 
   static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec>,
                 "pactrain::sync on device buffers supports identity_codec, fp16_codec and "
@@ -102,12 +105,39 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   /// queued on `stream`; pruned entries come back as +0. Never synchronises. Bad input
   /// throws pactrain::error before anything is queued.
   void allreduce_async(std::span<value_type> grads, stream_type stream = {}) {
-    PACTRAIN_EXPECTS(grads.size() == this->layout_.total_size(),
-                     "sync::allreduce: buffer has " + std::to_string(grads.size()) +
-                         " entries, the layout " + std::to_string(this->layout_.total_size()));
-    Exec::expect_device(grads.data(), grads.size(), "sync::allreduce: ", "gradient");
-    run(grads, stream);
+    begin(grads, stream, "allreduce");
+    finish();
   }
+
+  /// Local: opens a step over `grads` (device memory, all tensors) on `stream`. The buffer
+  /// must stay alive, and each bucket's entries untouched from its submission until the work
+  /// finish_step queues has run.
+  void begin_step(std::span<value_type> grads, stream_type stream = {}) {
+    begin(grads, stream, "begin_step");
+  }
+  /// Collective: bucket `b`'s gradients are final on the step's stream; queues its gather and
+  /// allreduce there now, so that they overlap the backward pass of the next buckets. Every
+  /// rank submits the same buckets in the same order.
+  void submit_bucket(std::size_t b) {
+    check_open("submit_bucket");
+    this->check_bucket(b, "submit_bucket");
+    PACTRAIN_EXPECTS(submitted_[b] == 0, "sync::submit_bucket: bucket " + std::to_string(b) +
+                                             " was already submitted in this step");
+    closing_on_error([&] {
+      gather_one(b);
+      reduce_one(b);
+      submitted_[b] = 1;
+    });
+  }
+  /// Collective: submits, in layout order, every bucket not yet submitted (grouped where the
+  /// communicator can), then queues every bucket's scatter of the mean. Closes the step;
+  /// never synchronises.
+  void finish_step() {
+    check_open("finish_step");
+    finish();
+  }
+  /// True between begin_step and finish_step.
+  [[nodiscard]] bool in_step() const noexcept { return open_; }
 
   /// allreduce_async, then synchronises `stream`.
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {
@@ -133,38 +163,102 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
   // --- commit hooks (see detail/sync/core.hpp) ---
 
-  void check_commit(const char*) const noexcept {}
-  static void check_strategy(bucket_strategy st) {
-    PACTRAIN_EXPECTS(st == bucket_strategy::sparse || st == bucket_strategy::dense,
-                     std::string("strategy ") + to_string(st) +
-                         ": the device engine runs the sparse and dense strategies only");
+  void check_commit(const char* op) const {
+    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
+                                 ": a step is open (begun and not finished); finish it first");
   }
+  static void check_strategy(bucket_strategy) noexcept {}  // all four run here
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
   struct no_requests {};
   using requests_t =
       std::conditional_t<stream_ordered, no_requests, std::vector<typename Comm::request_type>>;
+  // Per bucket: its tensors' entries in the device table, the work items of its launches,
+  // and the index-plan tensors that its scatter zeroes first.
+  struct bucket_launch {
+    std::size_t first_entry = 0;
+    std::size_t entries = 0;
+    std::size_t items = 0;
+    std::vector<std::pair<std::size_t, std::size_t>> zero;  // (offset, size)
+  };
   struct workspace_buffers {
     buffer<value_type> payload;
     buffer<wire_type> wire;
-    requests_t requests;  // host communicators: one per bucket
+    buffer<detail::bucket_tensor> table;  // every bucket's tensors, bucket after bucket
+    std::vector<bucket_launch> launches;
+    std::vector<char> submitted;  // per bucket, in the open step
+    requests_t requests;          // host communicators: one per bucket
   };
   // May throw: runs before the agreement, so a failure reaches every rank. The last step may
   // still use the old plans and payload: let it finish, and let the new plans be built,
   // before the swap.
-  workspace_buffers allocate_workspace(const detail::workspace_layout& w) {
+  workspace_buffers allocate_workspace(const detail::workspace_layout& w,
+                                       std::span<const plan_type> plans) {
     step_done_.wait();
     exec().synchronize(home_);
     workspace_buffers n{buffer<value_type>(w.payload_size(), home_),
                         buffer<wire_type>(is_identity ? 0 : w.wire_size(), home_),
+                        {},
+                        {},
+                        {},
                         {}};
-    if constexpr (!stream_ordered) n.requests.resize(this->layout_.buckets().size());
+    // The bucket table: one gather and one scatter launch per bucket, whatever its tensors.
+    const auto& buckets = this->layout_.buckets();
+    std::vector<detail::bucket_tensor> table;
+    table.reserve(this->layout_.tensor_count());
+    n.launches.resize(buckets.size());
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      auto& l = n.launches[b];
+      const auto& bk = buckets[b];
+      l.first_entry = table.size();
+      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+        const auto& t = this->layout_.tensors()[i];
+        // Index plans write only kept entries: their tensors are zeroed first.
+        if (plans[i].format() == plan_format::indices && t.size != 0) {
+          l.zero.emplace_back(t.offset, t.size);
+        }
+        const std::size_t items = compactor_t::bucket_items(plans[i]);
+        if (items == 0) continue;  // empty tensor, or an index plan keeping nothing
+        table.push_back(compactor_t::bucket_entry(
+            plans[i], t.offset, w.tensor_payload[i] - w.bucket_payload[b], l.items));
+        l.items += items;
+      }
+      l.entries = table.size() - l.first_entry;
+    }
+    n.table = buffer<detail::bucket_tensor>(table.size(), home_);
+    exec().upload(n.table.data(), table.data(), table.size(), home_);
+    n.submitted.assign(buckets.size(), 0);
+    if constexpr (!stream_ordered) n.requests.resize(buckets.size());
     exec().synchronize(home_);  // the buffers exist for every stream
     return n;
   }
   void install_workspace(workspace_buffers&& n) noexcept {
     payload_ = std::move(n.payload);
     wire_ = std::move(n.wire);
+    table_ = std::move(n.table);
+    launches_ = std::move(n.launches);
+    submitted_ = std::move(n.submitted);
     if constexpr (!stream_ordered) requests_ = std::move(n.requests);
+  }
+
+  // Bucket b's sparse gather into `payload` (its first slot), and scatter back with `scale`:
+  // one launch each.
+  template <class W>
+  void gather_bucket(std::size_t b, std::span<value_type> grads, W* payload, stream_type stream) {
+    const auto& l = launches_[b];
+    exec().for_each(l.items,
+                    detail::bucket_gather_op<value_type, W>{table_.data() + l.first_entry,
+                                                            l.entries, grads.data(), payload},
+                    stream);
+  }
+  template <class W>
+  void scatter_bucket(std::size_t b, const W* payload, std::span<value_type> grads,
+                      value_type scale, stream_type stream) {
+    const auto& l = launches_[b];
+    for (const auto& [offset, size] : l.zero) exec().zero(grads.data() + offset, size, stream);
+    exec().for_each(l.items,
+                    detail::bucket_scatter_op<value_type, W>{
+                        table_.data() + l.first_entry, l.entries, payload, grads.data(), scale},
+                    stream);
   }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }
@@ -175,37 +269,70 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     return {payload_.data() + ws().bucket_payload[b], ws().payload_of(b)};
   }
 
-  // Codecs: the wire elements of sparse bucket b's tensor i (one per kept entry), and of
-  // bucket b.
-  std::span<wire_type> tensor_wire(std::size_t b, std::size_t i) {
-    return {wire_.data() + ws().wire[b] + (ws().tensor_payload[i] - ws().bucket_payload[b]),
-            this->plans_[i].count()};
-  }
+  // Codecs: the wire elements of bucket b.
   std::span<wire_type> bucket_wire(std::size_t b) {
     return {wire_.data() + ws().wire[b], ws().wire_of(b)};
   }
 
-  void run(std::span<value_type> grads, stream_type stream) {
-    sync_stats s = this->begin_stats();
-    const auto step_start = detail::sync_clock::now();
+  // --- the step ---
+
+  void check_open(const char* op) const {
+    PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
+  }
+
+  // Bad input throws before anything is queued and leaves no step open.
+  void begin(std::span<value_type> grads, stream_type stream, const char* op) {
+    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
+                                 ": a step is open (begun and not finished); finish it first");
+    PACTRAIN_EXPECTS(grads.size() == this->layout_.total_size(),
+                     std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
+                         " entries, the layout " + std::to_string(this->layout_.total_size()));
+    Exec::expect_device(grads.data(), grads.size(), "sync::allreduce: ", "gradient");
+    step_stats_ = this->begin_stats();
+    start_ = detail::sync_clock::now();
     // The payload is shared: a step on another stream runs after the previous one, without
     // blocking the host.
     step_done_.order(Exec::native(stream));
-    const value_type scale = value_type(1) / static_cast<value_type>(this->comm_.size());
-    {
-      detail::phase_timer t(s.gather_seconds);
-      gather(grads, stream);
+    grads_ = grads;
+    stream_ = stream;
+    std::fill(submitted_.begin(), submitted_.end(), char{0});
+    open_ = true;
+  }
+
+  // Runs f; if it throws, the step is closed (what was queued still runs) and the error
+  // propagates.
+  template <class F>
+  void closing_on_error(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      open_ = false;
+      throw;
     }
-    {
-      detail::phase_timer t(s.allreduce_seconds);
-      reduce(grads, stream, s);
-    }
-    {
-      detail::phase_timer t(s.scatter_seconds);
-      expand(grads, scale, stream);
-    }
-    step_done_.record(Exec::native(stream));
-    this->end_step(s, step_start);
+  }
+
+  void finish() {
+    closing_on_error([&] {
+      const auto& buckets = this->layout_.buckets();
+      {
+        detail::phase_timer t(step_stats_.gather_seconds);
+        for (std::size_t b = 0; b < buckets.size(); ++b) {
+          if (submitted_[b] == 0) gather_one(b);
+        }
+      }
+      {
+        detail::phase_timer t(step_stats_.allreduce_seconds);
+        reduce_rest();
+      }
+      {
+        detail::phase_timer t(step_stats_.scatter_seconds);
+        const value_type scale = value_type(1) / static_cast<value_type>(this->comm_.size());
+        for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, scale);
+      }
+      step_done_.record(Exec::native(stream_));
+    });
+    open_ = false;
+    this->end_step(step_stats_, start_);
   }
 
   std::span<value_type> dense_of(std::span<value_type> grads, std::size_t i) const {
@@ -213,62 +340,64 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     return grads.subspan(t.offset, t.size);
   }
 
-  // Gathers every sparse bucket's payload (a codec's encode fused in); a codec also encodes
-  // each dense bucket, its pruned entries zeroed first.
-  void gather(std::span<value_type> grads, stream_type stream) {
-    const auto& buckets = this->layout_.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto& bk = buckets[b];
-      if (is_sparse(this->strategies_[b])) {
-        for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-          const std::span<const value_type> d(dense_of(grads, i));
-          if constexpr (is_identity) {
-            this->compactor_.gather_async(this->plans_[i], d, tensor_payload(i), stream, checked);
-          } else {
-            this->compactor_.gather_async(this->plans_[i], d, tensor_wire(b, i), stream, checked);
-          }
-        }
-      } else if constexpr (!is_identity) {
-        if (bk.size == 0) continue;
-        for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-          const auto& p = this->plans_[i];
-          if (p.count() != p.size()) expand_dense(i, dense_of(grads, i), 1, stream);
-        }
-        exec().for_each(bk.size,
-                        detail::encode_op<value_type, wire_type>{grads.data() + bk.offset,
-                                                                 bucket_wire(b).data()},
-                        stream);
+  // Gathers sparse bucket b's payload (a codec's encode fused in where the bucket is coded);
+  // a coded dense bucket is encoded whole, its pruned entries zeroed first.
+  void gather_one(std::size_t b) {
+    const auto& bk = this->layout_.buckets()[b];
+    const bool plain = this->plain(b);
+    if (is_sparse(this->strategies_[b])) {
+      if (plain) {
+        gather_bucket(b, grads_, bucket_payload(b).data(), stream_);
+      } else {
+        gather_bucket(b, grads_, bucket_wire(b).data(), stream_);
       }
+    } else if (!plain && bk.size != 0) {
+      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+        const auto& p = this->plans_[i];
+        if (p.count() != p.size()) expand_dense(i, dense_of(grads_, i), 1, stream_);
+      }
+      exec().for_each(bk.size,
+                      detail::encode_op<value_type, wire_type>{grads_.data() + bk.offset,
+                                                               bucket_wire(b).data()},
+                      stream_);
     }
   }
 
-  // One collective per bucket, launched together where the communicator can group them.
-  void reduce(std::span<value_type> grads, stream_type stream, sync_stats& s) {
+  // Bucket b's collective: queued on the step's stream (stream-ordered communicators), or
+  // started and left in flight until reduce_rest waits (host communicators).
+  void reduce_one(std::size_t b) {
+    const auto send = [&](auto region) {
+      if (region.empty()) return;  // nothing kept: the same on every rank
+      if constexpr (stream_ordered) {
+        (void)this->comm_.allreduce_async(region, reduce_op::sum, Exec::native(stream_));
+      } else {
+        requests_[pending_++] = this->comm_.allreduce_async(region, reduce_op::sum);
+      }
+      ++step_stats_.collectives;
+      step_stats_.bytes_sent += region.size_bytes();
+    };
+    const auto& bk = this->layout_.buckets()[b];
+    if (!this->plain(b)) {
+      send(bucket_wire(b));
+    } else if (is_sparse(this->strategies_[b])) {
+      send(bucket_payload(b));
+    } else {
+      send(grads_.subspan(bk.offset, bk.size));
+    }
+  }
+
+  // The collectives of every bucket not yet submitted, launched together where the
+  // communicator can group them; then, for host communicators, waits for all of them.
+  void reduce_rest() {
     constexpr bool groups = requires(Comm & c) {
       c.group_start();
       c.group_end();
     };
     auto& comm = this->comm_;
-    const auto& buckets = this->layout_.buckets();
     if constexpr (groups) comm.group_start();
     try {
-      for (std::size_t b = 0; b < buckets.size(); ++b) {
-        std::span<wire_type> region;
-        if constexpr (is_identity) {
-          region = is_sparse(this->strategies_[b])
-                       ? bucket_payload(b)
-                       : grads.subspan(buckets[b].offset, buckets[b].size);
-        } else {
-          region = bucket_wire(b);
-        }
-        if (region.empty()) continue;  // nothing kept: the same on every rank
-        if constexpr (stream_ordered) {
-          (void)comm.allreduce_async(region, reduce_op::sum, Exec::native(stream));
-        } else {  // host-accessible device memory: as the host engine, all buckets in flight
-          requests_[pending_++] = comm.allreduce_async(region, reduce_op::sum);
-        }
-        ++s.collectives;
-        s.bytes_sent += region.size_bytes();
+      for (std::size_t b = 0; b < submitted_.size(); ++b) {
+        if (submitted_[b] == 0) reduce_one(b);
       }
       if constexpr (!stream_ordered) wait_pending();
     } catch (...) {
@@ -289,32 +418,26 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     if constexpr (groups) comm.group_end();
   }
 
-  // The mean, +0 at pruned entries. A codec decodes each dense bucket in place (pruned
-  // entries were sent as +0 by every rank, so they come back +0).
-  void expand(std::span<value_type> grads, value_type scale, stream_type stream) {
-    const auto& buckets = this->layout_.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto& bk = buckets[b];
-      const bool sparse = is_sparse(this->strategies_[b]);
-      if constexpr (!is_identity) {
-        if (!sparse) {
-          exec().for_each(bk.size,
-                          detail::decode_op<value_type, wire_type>{bucket_wire(b).data(),
-                                                                   grads.data() + bk.offset, scale},
-                          stream);
-        }
+  // Bucket b's mean, +0 at pruned entries. A coded dense bucket is decoded in place (pruned
+  // entries were sent as +0 by every rank, so they come back +0); a sparse one is scattered
+  // with the decode fused in.
+  void expand_one(std::size_t b, value_type scale) {
+    const auto& bk = this->layout_.buckets()[b];
+    const bool plain = this->plain(b);
+    if (is_sparse(this->strategies_[b])) {
+      if (plain) {
+        scatter_bucket(b, bucket_payload(b).data(), grads_, scale, stream_);
+      } else {
+        scatter_bucket(b, bucket_wire(b).data(), grads_, scale, stream_);
       }
+    } else if (!plain) {
+      exec().for_each(bk.size,
+                      detail::decode_op<value_type, wire_type>{bucket_wire(b).data(),
+                                                               grads_.data() + bk.offset, scale},
+                      stream_);
+    } else {
       for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        const auto& p = this->plans_[i];
-        if (!sparse) {
-          if constexpr (is_identity) expand_dense(i, dense_of(grads, i), scale, stream);
-        } else if constexpr (is_identity) {
-          this->compactor_.scatter_async(p, std::span<const value_type>(tensor_payload(i)),
-                                         dense_of(grads, i), scale, stream, checked);
-        } else {  // decode (the mean) fused into the scatter
-          this->compactor_.scatter_async(p, std::span<const wire_type>(tensor_wire(b, i)),
-                                         dense_of(grads, i), scale, stream, checked);
-        }
+        expand_dense(i, dense_of(grads_, i), scale, stream_);
       }
     }
   }
@@ -355,8 +478,17 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   stream_type home_{};              // plans and payload are allocated and freed here
   typename Exec::event step_done_;  // the end of the last step
   buffer<value_type> payload_;
-  buffer<wire_type> wire_;  // codecs only
-  requests_t requests_{};   // host communicators: the collectives in flight, pending_ of them
+  buffer<wire_type> wire_;               // codecs only
+  buffer<detail::bucket_tensor> table_;  // the buckets' tensors (allocate_workspace)
+  std::vector<bucket_launch> launches_;
+  std::vector<char> submitted_;  // per bucket, in the open step
+  // The open step.
+  bool open_ = false;
+  std::span<value_type> grads_;
+  stream_type stream_{};
+  sync_stats step_stats_;
+  detail::sync_clock::time_point start_{};
+  requests_t requests_{};  // host communicators: the collectives in flight, pending_ of them
   std::size_t pending_ = 0;
 };
 

@@ -52,7 +52,7 @@ struct quad_grid {
   std::size_t quads = 0;
 
   template <class T>
-  static quad_grid of(const T* p, std::size_t n) noexcept {
+  _CCCL_HOST_DEVICE static quad_grid of(const T* p, std::size_t n) noexcept {
     const auto misalign = reinterpret_cast<std::uintptr_t>(p) % sizeof(vec4<T>);
     // A T* is aligned to sizeof(T), so misalign is a whole number of entries.
     const std::size_t head = n == 0 ? 0 : misalign / sizeof(T);
@@ -244,6 +244,88 @@ struct scatter_indices_op {
   T scale;
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
     dense[load_readonly(indices + k)] = from_wire<T>(payload[k]) * scale;
+  }
+};
+
+/// One tensor of a bucket, for the engine's bucket-wide gather and scatter: one launch per
+/// bucket over a table of its tensors instead of one per tensor.
+struct bucket_tensor {
+  bitmap_view m;                 // bitmap plans (m.size: the tensor's entries)
+  const std::uint64_t* indices;  // index plans
+  bool by_index;                 // an index plan: one work item per kept entry
+  std::size_t count;             // kept entries
+  std::size_t offset;            // first entry in the gradient buffer
+  std::size_t payload;           // first payload slot, counted from the bucket's first
+  std::size_t first_item;        // work items of the bucket's tensors before this one
+};
+
+/// Work items of one tensor in a bucket launch: its kept entries (index plans), or its quads
+/// for any alignment of its first entry (bitmap plans; quad_grid has at most this many).
+inline std::size_t bucket_items(std::size_t size, std::size_t count, bool indices) noexcept {
+  if (indices) return count;
+  return size == 0 ? 0 : (size + 3 + 3) / 4;
+}
+
+/// The tensor of work item k: the last one whose first item is at most k.
+_CCCL_HOST_DEVICE inline const bucket_tensor& tensor_of_item(const bucket_tensor* t, std::size_t n,
+                                                             std::size_t k) noexcept {
+  std::size_t lo = 0;
+  std::size_t hi = n;  // t[lo].first_item <= k < t[hi].first_item (hi == n: past the end)
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (t[mid].first_item <= k) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return t[lo];
+}
+
+/// payload[t.payload + slot] = grads[t.offset + i] for the kept entries of every tensor of a
+/// bucket (as gather_bitmap_op and gather_indices_op, per tensor).
+template <class T, class W>
+struct bucket_gather_op {
+  const bucket_tensor* tensors;
+  std::size_t tensor_count;
+  const T* grads;
+  W* payload;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
+    const bucket_tensor& t = tensor_of_item(tensors, tensor_count, k);
+    const std::size_t item = k - t.first_item;
+    const T* dense = grads + t.offset;
+    if (t.by_index) {
+      gather_indices_op<T, W>{t.indices, dense, payload + t.payload}(item);
+      return;
+    }
+    const auto grid = quad_grid::of(dense, t.m.size);
+    if (item < grid.quads) gather_bitmap_op<T, W>{t.m, dense, payload + t.payload, grid}(item);
+  }
+};
+
+/// grads[t.offset + i] = scale * payload[t.payload + slot] at kept entries of every tensor of
+/// a bucket, +0 at pruned ones of bitmap plans (index plans' tensors are zeroed before).
+template <class T, class W>
+struct bucket_scatter_op {
+  const bucket_tensor* tensors;
+  std::size_t tensor_count;
+  const W* payload;
+  T* grads;
+  T scale;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
+    const bucket_tensor& t = tensor_of_item(tensors, tensor_count, k);
+    const std::size_t item = k - t.first_item;
+    T* dense = grads + t.offset;
+    if (t.by_index) {
+      scatter_indices_op<T, W>{t.indices, payload + t.payload, dense, scale}(item);
+      return;
+    }
+    const auto grid = quad_grid::of(dense, t.m.size);
+    if (item < grid.quads) {
+      scatter_bitmap_op<T, W>{t.m, payload + t.payload, dense, scale, grid}(item);
+    }
   }
 };
 

@@ -2,13 +2,14 @@
 // masks with their digests and compaction plans, the strategies, the workspace layout, the
 // collective commit and reject, statistics and the step counter.
 //
-// An engine derives from sync_core<Engine, ...> (CRTP) and supplies four hooks, called by
+// An engine derives from sync_core<Engine, ...> (CRTP) and supplies five hooks, called by
 // commit():
 //   check_commit(op)               throws if this engine cannot take a commit now;
 //   check_strategy(s)              throws if this engine cannot run strategy s;
 //   build_plan(mask)               the compactor's plan for one mask;
-//   install_workspace(w)           allocates the buffers `w` describes and puts them in
-//                                  place; if it throws, its old buffers must be untouched.
+//   allocate_workspace(w, plans)   the buffers `w` describes (and whatever else the engine
+//                                  derives from the new plans); may throw;
+//   install_workspace(buffers)     puts them in place; cannot throw.
 #pragma once
 
 #include <pactrain/codec.hpp>
@@ -177,7 +178,7 @@ class sync_core {
           layout_, strategies, [&](std::size_t i) { return plans[i].count(); },
           [](bucket_strategy s) { return !is_identity && !is_plain(s); },
           [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); });
-      buffers = engine().allocate_workspace(w);
+      buffers = engine().allocate_workspace(w, std::span<const plan_type>(plans));
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();
     }

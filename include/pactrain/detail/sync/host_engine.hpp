@@ -236,7 +236,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   // A commit's new buffers (host_workspace.hpp); may throw: runs before the agreement, so a
   // failure reaches every rank.
   using workspace_buffers = host_workspace_buffers<Codec, Comm, feedback>;
-  [[nodiscard]] workspace_buffers allocate_workspace(const workspace_layout& w) const {
+  [[nodiscard]] workspace_buffers allocate_workspace(const workspace_layout& w,
+                                                     std::span<const plan_type>) const {
     return workspace_buffers::allocate(w, this->codec_);
   }
   void install_workspace(workspace_buffers&& n) noexcept {

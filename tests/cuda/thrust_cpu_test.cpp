@@ -1,7 +1,8 @@
-// The device sync engine's expectations (sync_checks.hpp) on the CPU: the engine over
-// thrust_compactor, built with the host compiler on Thrust's CPP device system, with
-// mpi_communicator (device memory is host memory there), against the host engine on the same
-// ranks. Label cuda-host; needs no GPU.
+// The device compactor's and sync engine's expectations (compactor_checks.hpp,
+// sync_checks.hpp) on the CPU: thrust_compactor, built with the host compiler on Thrust's CPP
+// device system, runs the same per-element functors as cuda_compactor's kernels; the engine
+// over it uses mpi_communicator (device memory is host memory there) and is compared with the
+// host engine on the same ranks. Label cuda-host; needs no GPU.
 #include <doctest/doctest.h>
 
 #include <pactrain/cuda/thrust_compactor.hpp>
@@ -9,6 +10,7 @@
 #include <pactrain/pactrain.hpp>
 
 #include "common/mpi_helpers.hpp"
+#include "cuda/compactor_checks.hpp"
 #include "cuda/sync_checks.hpp"
 
 #include <mpi.h>
@@ -18,6 +20,10 @@ static_assert(THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CPP,
               "-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP");
 
 using namespace pactrain;
+
+TEST_CASE("thrust_compactor on the CPU equals host_compactor bit for bit") {
+  test::compactor_checks<thrust_compactor>{}.all();
+}
 
 TEST_CASE("the device engine on the CPU equals the host engine bit for bit") {
   auto world = [] { return mpi_communicator{MPI_COMM_WORLD}; };
