@@ -75,9 +75,19 @@ function(pactrain_test_executable target stem subdir source)
     RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/${subdir}")
 endfunction()
 
+# pactrain_doctest_main(): the static library pactrain_doctest_main, doctest's implementation
+# and main() (tests/common/doctest_main.cpp), compiled once for every unit test.
+function(pactrain_doctest_main)
+  if(NOT TARGET pactrain_doctest_main)
+    add_library(pactrain_doctest_main STATIC "${PROJECT_SOURCE_DIR}/tests/common/doctest_main.cpp")
+    target_link_libraries(pactrain_doctest_main PUBLIC doctest::doctest)
+    pactrain_target_defaults(pactrain_doctest_main)
+  endif()
+endfunction()
+
 # pactrain_add_unit_test(<source> [NAME <name>]): a doctest executable pactrain_unit_<name>
-# (the source provides main through DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN), registered as ctest
-# test unit.<name>, label unit. <name> defaults to the file's stem.
+# with the shared main (pactrain_doctest_main), registered as ctest test unit.<name>, label
+# unit. <name> defaults to the file's stem.
 function(pactrain_add_unit_test source)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "NAME" "")
   pactrain_test_stem(stem "${source}")
@@ -85,7 +95,9 @@ function(pactrain_add_unit_test source)
     set(stem ${arg_NAME})
   endif()
   set(target pactrain_unit_${stem})
-  pactrain_test_executable(${target} ${stem} unit "${source}" pactrain::pactrain)
+  pactrain_doctest_main()
+  pactrain_test_executable(${target} ${stem} unit "${source}" pactrain::pactrain
+    pactrain_doctest_main)
 
   add_test(NAME unit.${stem} COMMAND ${target})
   set_tests_properties(unit.${stem} PROPERTIES LABELS unit TIMEOUT ${PACTRAIN_TEST_TIMEOUT})

@@ -38,35 +38,13 @@ cmake -S . -B build --log-level=WARNING \
 section "build"
 cmake --build build --parallel "$jobs"
 
-# The next phase's build runs beside each test phase, at the lowest CPU priority: it takes
-# the cores the tests leave idle (MPI ranks waiting, ctest between tests) and yields them
-# otherwise. Its output goes to a log, printed if it fails.
-background=()
-start_background() {  # <log> <command...>
-  local log=$1
-  shift
-  set -m  # its own process group, so that the trap below stops its compilers too
-  (
-    renice -n 19 -p "$BASHPID" >/dev/null
-    "$@"
-  ) >"$log" 2>&1 &
-  background=("$!" "$log")
-  set +m
-}
-finish_background() {  # waits for the background build; fails with its log if it failed
-  [[ ${#background[@]} == 0 ]] && return 0
-  local pid=${background[0]} log=${background[1]}
-  background=()
-  if ! wait "$pid"; then
-    cat "$log"
-    echo "test.sh: the build in the background failed (log above)" >&2
-    return 1
-  fi
-  cat "$log"
-}
-trap 'if [[ ${#background[@]} != 0 ]]; then kill -- "-${background[0]}" 2>/dev/null || true; fi' EXIT
+section "test"
+ctest --test-dir build --output-on-failure --parallel "$jobs"
 
-asan_build() {
+if [[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]]; then
+  section "sanitizer build skipped (PACTRAIN_SKIP_ASAN=1)"
+else
+  section "sanitizer configure (build-asan/, ASan + UBSan)"
   # The MPI tests on 1 and 4 ranks: the ends that differ most; 2 ranks run in build/ (the
   # allocation, LibTorch, training and example tests) and with PACTRAIN_SKIP_ASAN=1.
   # -O0: with both sanitizers, -O1 compiles the template-heavy tests about 5x slower (100 s
@@ -81,48 +59,11 @@ asan_build() {
     -DPACTRAIN_HEADER_CHECK=OFF \
     -DPACTRAIN_BUILD_EXAMPLES=OFF \
     -DPACTRAIN_BUILD_BENCHMARKS=OFF \
-    -DPACTRAIN_ENABLE_CUDA=OFF &&
-    cmake --build build-asan --parallel "$jobs"
-}
+    -DPACTRAIN_ENABLE_CUDA=OFF
 
-run_asan=1
-[[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]] && run_asan=0
-if ((run_asan)); then
-  section "sanitizer build (build-asan/, ASan + UBSan), beside the tests"
-  start_background build/background-asan.log asan_build
-fi
+  section "sanitizer build"
+  cmake --build build-asan --parallel "$jobs"
 
-section "test"
-ctest --test-dir build --output-on-failure --parallel "$jobs"
-
-if ((!run_asan)); then
-  section "sanitizer build skipped (PACTRAIN_SKIP_ASAN=1)"
-else
-  section "sanitizer build (finishing)"
-  finish_background
-fi
-
-# The libFuzzer targets (tests/fuzz), in their own build with clang-14. Adds about 30 s on 2
-# cores: the four targets build in about 23 s (one translation unit each), beside the
-# sanitizer tests, then each runs for 3 s over its seeds and checks that the committed seeds
-# are current.
-fuzz_cxx=${PACTRAIN_FUZZ_CXX:-clang++-14}
-run_fuzz=1
-[[ ${PACTRAIN_SKIP_FUZZ:-0} == 1 ]] && run_fuzz=0
-command -v "$fuzz_cxx" >/dev/null 2>&1 || run_fuzz=0
-fuzz_build() {
-  cmake -S tests/fuzz -B build-fuzz --log-level=WARNING \
-    -DCMAKE_CXX_COMPILER="$fuzz_cxx" \
-    -DPACTRAIN_FUZZ_SMOKE_SECONDS=3 \
-    -DPACTRAIN_WERROR=ON &&
-    cmake --build build-fuzz --parallel "$jobs"
-}
-if ((run_fuzz)); then
-  section "fuzz build (build-fuzz/, libFuzzer + ASan + UBSan), beside the sanitizer tests"
-  start_background build/background-fuzz.log fuzz_build
-fi
-
-if ((run_asan)); then
   section "sanitizer test (unit|mpi)"
   # Any report fails the test. The MPI tests add LeakSanitizer suppressions for Open MPI's
   # own leaks (tests/lsan.supp, see cmake/PactrainTesting.cmake).
@@ -133,15 +74,26 @@ if ((run_asan)); then
     --label-regex 'unit|mpi' --exclude-regex '^(consumer_|compile_fail\.)'
 fi
 
-if ((run_fuzz)); then
-  section "fuzz build (finishing)"
-  finish_background
+# The libFuzzer targets (tests/fuzz), in their own build with clang-14. Adds about 30 s on 2
+# cores: the four targets build in about 23 s (one translation unit each), then each runs for
+# 3 s over its seeds and checks that the committed seeds are current.
+fuzz_cxx=${PACTRAIN_FUZZ_CXX:-clang++-14}
+if [[ ${PACTRAIN_SKIP_FUZZ:-0} == 1 ]]; then
+  section "fuzz smoke runs skipped (PACTRAIN_SKIP_FUZZ=1)"
+elif ! command -v "$fuzz_cxx" >/dev/null 2>&1; then
+  section "fuzz smoke runs skipped ($fuzz_cxx not found)"
+else
+  section "fuzz configure (build-fuzz/, libFuzzer + ASan + UBSan)"
+  cmake -S tests/fuzz -B build-fuzz --log-level=WARNING \
+    -DCMAKE_CXX_COMPILER="$fuzz_cxx" \
+    -DPACTRAIN_FUZZ_SMOKE_SECONDS=3 \
+    -DPACTRAIN_WERROR=ON
+
+  section "fuzz build"
+  cmake --build build-fuzz --parallel "$jobs"
+
   section "fuzz smoke runs"
   ctest --test-dir build-fuzz --output-on-failure --parallel "$jobs"
-elif [[ ${PACTRAIN_SKIP_FUZZ:-0} == 1 ]]; then
-  section "fuzz smoke runs skipped (PACTRAIN_SKIP_FUZZ=1)"
-else
-  section "fuzz smoke runs skipped ($fuzz_cxx not found)"
 fi
 
 section "all passed ($((SECONDS - start)) s)"

@@ -1,7 +1,6 @@
 // The host side of the CUDA backend, compiled by the host compiler alone: the host core, the
 // CUDA runtime helpers and nccl_communicator include and work without nvcc, and errors carry
 // the call, file and line. Runs without a GPU.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/detail/cuda_runtime.hpp>

@@ -188,6 +188,20 @@ struct sync_checks {
     CHECK(ds.stats().steps == 0);
   }
 
+  // The cross-rank subset (several ranks sharing one GPU, where each instantiation costs
+  // nvcc seconds): every mask type, both value types and both 16-bit codecs appear once.
+  void cross_rank() const {
+    SUBCASE("bitmap masks") { against_host<bitmap_mask, identity_codec<float>>(small_layout()); }
+    SUBCASE("index masks, bf16") { against_host<index_mask, bf16_codec>(small_layout()); }
+    SUBCASE("block masks, fp16") { against_host<block_mask<4>, fp16_codec>(small_layout()); }
+    SUBCASE("double gradients, one big bucket") {
+      param_layout l(1 << 20);
+      l.add("a", 1000, 300).add("b", 300).add("c", 4099);
+      against_host<bitmap_mask, identity_codec<double>>(l);
+    }
+    SUBCASE("three-phase step") { three_phase(); }
+  }
+
   void all() const {
     SUBCASE("bitmap masks") { against_host<bitmap_mask, identity_codec<float>>(small_layout()); }
     SUBCASE("index masks") { against_host<index_mask, identity_codec<float>>(small_layout()); }

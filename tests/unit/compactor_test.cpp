@@ -1,6 +1,5 @@
 // host_compactor: every mask type x plan format x instruction set x value type against a
 // reference, bit for bit; bad input rejected with buffers untouched.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/compactor.hpp>

@@ -1,7 +1,6 @@
 // half and bfloat16: every bit pattern round-trips, and float -> 16 bits rounds to nearest
 // even exactly as an independent reference (the nearest of the format's values, computed in
 // double) over ties, subnormal boundaries, overflow and a large sample of floats.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/half.hpp>

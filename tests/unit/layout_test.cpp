@@ -1,5 +1,4 @@
 // param_layout: offsets, bucketing, digests and errors.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/layout.hpp>

@@ -1,5 +1,4 @@
 // Masks: construction, counts, runs, conversions and digests.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/mask.hpp>

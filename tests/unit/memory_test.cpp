@@ -1,6 +1,5 @@
 // huge_page_allocator: large allocations 2 MiB-aligned and usable, small ones plain, and an
 // impossible size refused.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/memory.hpp>

@@ -1,6 +1,5 @@
 // The adaptive planner: predictions, choices on synthetic cost models, calibration on one
 // rank, and bad input.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>

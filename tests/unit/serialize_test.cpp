@@ -1,5 +1,4 @@
 // Mask serialization: round trips, and every kind of corruption rejected with a message.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/serialize.hpp>

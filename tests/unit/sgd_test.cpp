@@ -1,7 +1,6 @@
 // pactrain::sgd on exactly representable values (every product and sum below is exact), its
 // momentum start, and its errors. Bit-identity with torch::optim::SGD is tested where LibTorch
 // is installed (tests/torch/torch_adapter_test.cpp).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/sgd.hpp>

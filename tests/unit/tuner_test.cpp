@@ -1,6 +1,5 @@
 // The tuners: step_tuner's turns and median, and strategy_tuner driving a sync engine through
 // the planner's candidates to the fastest, on one rank.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>

@@ -4,7 +4,6 @@
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_unit_fmnist_idx_test
 //   build/examples/fmnist/tests/unit/fmnist_idx_test
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "fmnist/idx.hpp"

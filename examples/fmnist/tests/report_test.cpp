@@ -5,7 +5,6 @@
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_unit_examples_report_test
 //   build/examples/fmnist/tests/unit/examples_report_test
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "common/lr_schedule.hpp"

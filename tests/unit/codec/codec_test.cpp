@@ -1,7 +1,6 @@
 // Codecs on their own (round trips, ternary lanes emulated exactly for P = 1..64, refusal
 // of lanes that could carry, unbiased stochastic rounding) and in the sync engine on one
 // rank (results, bytes on the wire, error feedback).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>

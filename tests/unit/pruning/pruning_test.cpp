@@ -1,5 +1,4 @@
 // Pruning policies, schedules, apply_masks and checkpoints on one rank.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>

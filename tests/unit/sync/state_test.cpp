@@ -1,6 +1,5 @@
 // The engine's codec state across a checkpoint: save_state and load_state continue a run bit
 // for bit, and refuse bytes that are corrupt or do not fit, changing nothing.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>

@@ -1,5 +1,4 @@
 // The sync engine on one rank (loopback): results, strategies, stats and bad input.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>
