@@ -23,13 +23,21 @@ start=$SECONDS
 
 section() { echo "== $*"; }
 
+# Ninja: about 25 s less than Makefiles for the Release build on 2 cores (296 against 322 s,
+# configure included), by keeping both cores busy to the end. A tree configured before keeps
+# its generator.
+generator() {  # <build dir>
+  if [[ ! -f $1/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then echo "-GNinja"; fi
+}
+
 pactrain_install_deps
 
 unit_tests=OFF
 [[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]] && unit_tests=ON
 
 section "configure (build/, Release)"
-cmake -S . -B build --log-level=WARNING \
+# shellcheck disable=SC2046 # generator prints one word or nothing
+cmake -S . -B build $(generator build) --log-level=WARNING \
   -DCMAKE_BUILD_TYPE=Release \
   -DPACTRAIN_WERROR=ON \
   -DPACTRAIN_SANITIZE=OFF \
@@ -49,7 +57,8 @@ else
   # allocation, LibTorch, training and example tests) and with PACTRAIN_SKIP_ASAN=1.
   # -O0: with both sanitizers, -O1 compiles the template-heavy tests about 5x slower (100 s
   # against 21 s for tests/unit/sync/sync_test.cpp on 2 cores), far more than the tests then run.
-  cmake -S . -B build-asan --log-level=WARNING \
+  # shellcheck disable=SC2046
+  cmake -S . -B build-asan $(generator build-asan) --log-level=WARNING \
     -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g" \
     -DPACTRAIN_SANITIZE=ON \
@@ -84,7 +93,8 @@ elif ! command -v "$fuzz_cxx" >/dev/null 2>&1; then
   section "fuzz smoke runs skipped ($fuzz_cxx not found)"
 else
   section "fuzz configure (build-fuzz/, libFuzzer + ASan + UBSan)"
-  cmake -S tests/fuzz -B build-fuzz --log-level=WARNING \
+  # shellcheck disable=SC2046
+  cmake -S tests/fuzz -B build-fuzz $(generator build-fuzz) --log-level=WARNING \
     -DCMAKE_CXX_COMPILER="$fuzz_cxx" \
     -DPACTRAIN_FUZZ_SMOKE_SECONDS=3 \
     -DPACTRAIN_WERROR=ON

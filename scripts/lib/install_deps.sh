@@ -3,7 +3,7 @@
 # scripts/demo.sh. Quiet when everything is present.
 
 PACTRAIN_DEB_PACKAGES=(
-  build-essential cmake g++ pkg-config
+  build-essential cmake g++ pkg-config ninja-build
   openmpi-bin libopenmpi-dev
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
   clang-14 libclang-rt-14-dev
