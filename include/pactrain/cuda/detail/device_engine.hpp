@@ -153,8 +153,6 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   }
 
  private:
-  // allreduce_async checked the gradient buffer once; the payload is the engine's own.
-  static constexpr detail::device_buffers_checked checked{};
   using core::is_identity;
   template <class T>
   using buffer = typename Exec::template buffer<T>;
@@ -262,9 +260,6 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }
-  std::span<value_type> tensor_payload(std::size_t i) {
-    return {payload_.data() + ws().tensor_payload[i], this->plans_[i].count()};
-  }
   std::span<value_type> bucket_payload(std::size_t b) {
     return {payload_.data() + ws().bucket_payload[b], ws().payload_of(b)};
   }
@@ -335,11 +330,6 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     this->end_step(step_stats_, start_);
   }
 
-  std::span<value_type> dense_of(std::span<value_type> grads, std::size_t i) const {
-    const auto& t = this->layout_.tensors()[i];
-    return grads.subspan(t.offset, t.size);
-  }
-
   // Gathers sparse bucket b's payload (a codec's encode fused in where the bucket is coded);
   // a coded dense bucket is encoded whole, its pruned entries zeroed first.
   void gather_one(std::size_t b) {
@@ -352,10 +342,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
         gather_bucket(b, grads_, bucket_wire(b).data(), stream_);
       }
     } else if (!plain && bk.size != 0) {
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        const auto& p = this->plans_[i];
-        if (p.count() != p.size()) expand_dense(i, dense_of(grads_, i), 1, stream_);
-      }
+      expand_dense_bucket(b, 1);  // pruned entries sent as +0
       exec().for_each(bk.size,
                       detail::encode_op<value_type, wire_type>{grads_.data() + bk.offset,
                                                                bucket_wire(b).data()},
@@ -436,25 +423,24 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
                                                                grads_.data() + bk.offset, scale},
                       stream_);
     } else {
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        expand_dense(i, dense_of(grads_, i), scale, stream_);
-      }
+      expand_dense_bucket(b, scale);
     }
   }
 
-  // A reduced dense tensor in place: times scale at kept entries, +0 elsewhere.
-  void expand_dense(std::size_t i, std::span<value_type> d, value_type scale, stream_type stream) {
-    if (d.empty()) return;
-    const auto& p = this->plans_[i];
-    if (p.count() == p.size()) {
+  // A reduced dense bucket in place: times scale at kept entries, +0 elsewhere. A bucket that
+  // keeps everything is one scale launch (none for scale 1); otherwise its kept entries go
+  // through the payload and back, one launch each.
+  void expand_dense_bucket(std::size_t b, value_type scale) {
+    const auto& bk = this->layout_.buckets()[b];
+    if (bk.size == 0) return;
+    if (ws().payload_of(b) == bk.size) {
       if (scale == value_type(1)) return;
-      exec().for_each(d.size(), detail::scale_op<value_type>{d.data(), d.data(), scale}, stream);
+      value_type* d = grads_.data() + bk.offset;
+      exec().for_each(bk.size, detail::scale_op<value_type>{d, d, scale}, stream_);
       return;
     }
-    this->compactor_.gather_async(p, std::span<const value_type>(d), tensor_payload(i), stream,
-                                  checked);
-    this->compactor_.scatter_async(p, std::span<const value_type>(tensor_payload(i)), d, scale,
-                                   stream, checked);
+    gather_bucket(b, grads_, bucket_payload(b).data(), stream_);
+    scatter_bucket(b, bucket_payload(b).data(), grads_, scale, stream_);
   }
 
   // Completes the collectives in flight, in issue order; each is waited for once even when
