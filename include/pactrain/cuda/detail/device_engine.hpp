@@ -9,6 +9,7 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/codec/half_cast.hpp>
 #include <pactrain/communicator.hpp>
+#include <pactrain/cuda/detail/device_buckets.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
 #include <pactrain/detail/sync/core.hpp>
@@ -161,30 +162,18 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
   // --- commit hooks (see detail/sync/core.hpp) ---
 
-  void check_commit(const char* op) const {
-    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
-                                 ": a step is open (begun and not finished); finish it first");
-  }
+  void check_commit(const char* op) const { check_closed(op); }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
   struct no_requests {};
   using requests_t =
       std::conditional_t<stream_ordered, no_requests, std::vector<typename Comm::request_type>>;
-  // Per bucket: its tensors' entries in the device table, the work items of its launches,
-  // and the index-plan tensors that its scatter zeroes first.
-  struct bucket_launch {
-    std::size_t first_entry = 0;
-    std::size_t entries = 0;
-    std::size_t items = 0;
-    std::vector<std::pair<std::size_t, std::size_t>> zero;  // (offset, size)
-  };
   struct workspace_buffers {
     buffer<value_type> payload;
     buffer<wire_type> wire;
-    buffer<detail::bucket_tensor> table;  // every bucket's tensors, bucket after bucket
-    std::vector<bucket_launch> launches;
-    std::vector<char> submitted;  // per bucket, in the open step
-    requests_t requests;          // host communicators: one per bucket
+    detail::bucket_table<Exec> buckets;  // one gather and one scatter launch per bucket
+    std::vector<char> submitted;         // per bucket, in the open step
+    requests_t requests;                 // host communicators: one per bucket
   };
   // May throw: runs before the agreement, so a failure reaches every rank. The last step may
   // still use the old plans and payload: let it finish, and let the new plans be built,
@@ -193,70 +182,23 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
                                        std::span<const plan_type> plans) {
     step_done_.wait();
     exec().synchronize(home_);
+    const std::size_t buckets = this->layout_.buckets().size();
     workspace_buffers n{buffer<value_type>(w.payload_size(), home_),
                         buffer<wire_type>(is_identity ? 0 : w.wire_size(), home_),
-                        {},
-                        {},
+                        detail::bucket_table<Exec>(exec(), this->layout_, w, plans, home_),
                         {},
                         {}};
-    // The bucket table: one gather and one scatter launch per bucket, whatever its tensors.
-    const auto& buckets = this->layout_.buckets();
-    std::vector<detail::bucket_tensor> table;
-    table.reserve(this->layout_.tensor_count());
-    n.launches.resize(buckets.size());
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      auto& l = n.launches[b];
-      const auto& bk = buckets[b];
-      l.first_entry = table.size();
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        const auto& t = this->layout_.tensors()[i];
-        // Index plans write only kept entries: their tensors are zeroed first.
-        if (plans[i].format() == plan_format::indices && t.size != 0) {
-          l.zero.emplace_back(t.offset, t.size);
-        }
-        const std::size_t items = compactor_t::bucket_items(plans[i]);
-        if (items == 0) continue;  // empty tensor, or an index plan keeping nothing
-        table.push_back(compactor_t::bucket_entry(
-            plans[i], t.offset, w.tensor_payload[i] - w.bucket_payload[b], l.items));
-        l.items += items;
-      }
-      l.entries = table.size() - l.first_entry;
-    }
-    n.table = buffer<detail::bucket_tensor>(table.size(), home_);
-    exec().upload(n.table.data(), table.data(), table.size(), home_);
-    n.submitted.assign(buckets.size(), 0);
-    if constexpr (!stream_ordered) n.requests.resize(buckets.size());
+    n.submitted.assign(buckets, 0);
+    if constexpr (!stream_ordered) n.requests.resize(buckets);
     exec().synchronize(home_);  // the buffers exist for every stream
     return n;
   }
   void install_workspace(workspace_buffers&& n) noexcept {
     payload_ = std::move(n.payload);
     wire_ = std::move(n.wire);
-    table_ = std::move(n.table);
-    launches_ = std::move(n.launches);
+    buckets_ = std::move(n.buckets);
     submitted_ = std::move(n.submitted);
     if constexpr (!stream_ordered) requests_ = std::move(n.requests);
-  }
-
-  // Bucket b's sparse gather into `payload` (its first slot), and scatter back with `scale`:
-  // one launch each.
-  template <class W>
-  void gather_bucket(std::size_t b, std::span<value_type> grads, W* payload, stream_type stream) {
-    const auto& l = launches_[b];
-    exec().for_each(l.items,
-                    detail::bucket_gather_op<value_type, W>{table_.data() + l.first_entry,
-                                                            l.entries, grads.data(), payload},
-                    stream);
-  }
-  template <class W>
-  void scatter_bucket(std::size_t b, const W* payload, std::span<value_type> grads,
-                      value_type scale, stream_type stream) {
-    const auto& l = launches_[b];
-    for (const auto& [offset, size] : l.zero) exec().zero(grads.data() + offset, size, stream);
-    exec().for_each(l.items,
-                    detail::bucket_scatter_op<value_type, W>{
-                        table_.data() + l.first_entry, l.entries, payload, grads.data(), scale},
-                    stream);
   }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }
@@ -271,18 +213,23 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
   // --- the step ---
 
+  void check_closed(const char* op) const {
+    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
+                                 ": a step is open (begun and not finished); finish it first");
+  }
   void check_open(const char* op) const {
     PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
   }
 
   // Bad input throws before anything is queued and leaves no step open.
+  // `op`: "allreduce" or "begin_step".
   void begin(std::span<value_type> grads, stream_type stream, const char* op) {
-    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
-                                 ": a step is open (begun and not finished); finish it first");
+    check_closed(op);
     PACTRAIN_EXPECTS(grads.size() == this->layout_.total_size(),
                      std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
                          " entries, the layout " + std::to_string(this->layout_.total_size()));
-    Exec::expect_device(grads.data(), grads.size(), "sync::allreduce: ", "gradient");
+    Exec::expect_device(grads.data(), grads.size(),
+                        op[0] == 'a' ? "sync::allreduce: " : "sync::begin_step: ", "gradient");
     step_stats_ = this->begin_stats();
     start_ = detail::sync_clock::now();
     // The payload is shared: a step on another stream runs after the previous one, without
@@ -337,9 +284,9 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const bool plain = this->plain(b);
     if (is_sparse(this->strategies_[b])) {
       if (plain) {
-        gather_bucket(b, grads_, bucket_payload(b).data(), stream_);
+        buckets_.gather(exec(), b, grads_.data(), bucket_payload(b).data(), stream_);
       } else {
-        gather_bucket(b, grads_, bucket_wire(b).data(), stream_);
+        buckets_.gather(exec(), b, grads_.data(), bucket_wire(b).data(), stream_);
       }
     } else if (!plain && bk.size != 0) {
       expand_dense_bucket(b, 1);  // pruned entries sent as +0
@@ -413,9 +360,9 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const bool plain = this->plain(b);
     if (is_sparse(this->strategies_[b])) {
       if (plain) {
-        scatter_bucket(b, bucket_payload(b).data(), grads_, scale, stream_);
+        buckets_.scatter(exec(), b, bucket_payload(b).data(), grads_.data(), scale, stream_);
       } else {
-        scatter_bucket(b, bucket_wire(b).data(), grads_, scale, stream_);
+        buckets_.scatter(exec(), b, bucket_wire(b).data(), grads_.data(), scale, stream_);
       }
     } else if (!plain) {
       exec().for_each(bk.size,
@@ -439,8 +386,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       exec().for_each(bk.size, detail::scale_op<value_type>{d, d, scale}, stream_);
       return;
     }
-    gather_bucket(b, grads_, bucket_payload(b).data(), stream_);
-    scatter_bucket(b, bucket_payload(b).data(), grads_, scale, stream_);
+    buckets_.gather(exec(), b, grads_.data(), bucket_payload(b).data(), stream_);
+    buckets_.scatter(exec(), b, bucket_payload(b).data(), grads_.data(), scale, stream_);
   }
 
   // Completes the collectives in flight, in issue order; each is waited for once even when
@@ -464,9 +411,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   stream_type home_{};              // plans and payload are allocated and freed here
   typename Exec::event step_done_;  // the end of the last step
   buffer<value_type> payload_;
-  buffer<wire_type> wire_;               // codecs only
-  buffer<detail::bucket_tensor> table_;  // the buckets' tensors (allocate_workspace)
-  std::vector<bucket_launch> launches_;
+  buffer<wire_type> wire_;  // codecs only
+  detail::bucket_table<Exec> buckets_;
   std::vector<char> submitted_;  // per bucket, in the open step
   // The open step.
   bool open_ = false;
