@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -147,6 +148,150 @@ struct sync_checks {
     CHECK_FALSE(ds.in_step());
   }
 
+  // One buffer per tensor gives the flat buffer's results, every strategy on every bucket:
+  // dense buckets staged (tensors apart) or in place (back to back, or one tensor beside an
+  // empty one), the pointer table rewritten when the buffers move and move back; bad views
+  // are refused, leaving no step open.
+  void separate_buffers() const {
+    const auto l = small_layout();
+    pactrain::sync<bitmap_mask, Compactor, comm_type, fp16_codec> ds{
+        make_comm(), l, Compactor{}, sync_options{}, fp16_codec{}, stream};
+    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, fp16_codec> hs{make_host_comm(), l};
+    const auto masks = masks_for<bitmap_mask>(l, 0.5, 9);
+    ds.set_masks(masks);
+    hs.set_masks(masks);
+    using B = bucket_strategy;
+    const std::vector<std::vector<B>> st{{B::dense, B::dense_plain, B::sparse},
+                                         {B::sparse, B::dense, B::sparse_plain},
+                                         {B::dense_plain, B::sparse, B::dense},
+                                         {B::sparse_plain, B::sparse, B::dense}};
+    const auto& ts = l.tensors();
+    // Sets 0 and 1: an array per tensor; set 2: views into one array.
+    std::vector<std::vector<array<float>>> apart(2);
+    array<float> whole(l.total_size());
+    for (int step = 0; step < 4; ++step) {
+      CAPTURE(step);
+      ds.set_strategies(st[step]);
+      hs.set_strategies(st[step]);
+      const int set = step == 3 ? 0 : step;
+      auto g = grads<fp16_codec>(l.total_size(), 21 + step);
+      std::vector<std::span<float>> views;
+      if (set < 2) {
+        auto& arrays = apart[set];
+        arrays.clear();
+        arrays.reserve(ts.size());  // the views must stay valid
+        for (const auto& t : ts) {
+          arrays.emplace_back(
+              std::vector<float>(g.begin() + t.offset, g.begin() + t.offset + t.size));
+          views.push_back(arrays.back().span());
+        }
+      } else {
+        whole.assign(g);
+        for (const auto& t : ts) views.push_back(whole.span().subspan(t.offset, t.size));
+      }
+      if (step == 1) {
+        ds.allreduce(views, stream);
+      } else {  // the three-phase step over views
+        ds.begin_step(std::span<const std::span<float>>(views), stream);
+        ds.submit_bucket(1);
+        ds.finish_step();
+        exec{}.synchronize(stream);
+      }
+      hs.allreduce(std::span<float>(g));
+      std::vector<float> out;
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        const auto v = set < 2 ? apart[set][i].host() : whole.host();
+        const std::size_t at = set < 2 ? 0 : ts[i].offset;
+        out.insert(out.end(), v.begin() + at, v.begin() + at + ts[i].size);
+      }
+      CHECK(bad_entries(out, g) == 0);
+      CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
+      CHECK(ds.stats().collectives == hs.stats().collectives);
+    }
+    std::vector<std::span<float>> views;
+    for (std::size_t i = 0; i < ts.size(); ++i) views.push_back(apart[0][i].span());
+    auto bad = views;
+    bad.pop_back();
+    CHECK_THROWS_WITH_AS(ds.allreduce(bad, stream),
+                         doctest::Contains("4 tensors given, the layout has 5"), error);
+    bad = views;
+    bad[1] = bad[1].first(19);
+    CHECK_THROWS_WITH_AS(ds.allreduce(bad, stream),
+                         doctest::Contains("tensor 'fc1.bias' has 19 entries, the layout 20"),
+                         error);
+    bad[1] = std::span<float>(static_cast<float*>(nullptr), 20);
+    CHECK_THROWS_WITH_AS(ds.begin_step(std::span<const std::span<float>>(bad), stream),
+                         doctest::Contains("null buffer for tensor 'fc1.bias'"), error);
+    CHECK_FALSE(ds.in_step());
+    CHECK(ds.stats().steps == 4);
+  }
+
+  // ternary_codec, with and without error feedback and scale blocks: every strategy, the
+  // three-phase step and densities 0 to 1 give the host engine's results bit for bit (scales,
+  // stochastic rounding, residuals, statistics). A rank's NaN makes its whole bucket NaN at
+  // kept entries on both; the device engine then advances its step counter (the host cannot
+  // know without waiting) but, like the host engine, keeps the residuals it had.
+  template <class Feedback>
+  void ternary(std::size_t scale_block) const {
+    const auto l = small_layout();
+    const ternary_codec codec{ternary_options{.seed = 5, .scale_block = scale_block}};
+    pactrain::sync<bitmap_mask, Compactor, comm_type, ternary_codec, Feedback> ds{
+        make_comm(), l, Compactor{}, sync_options{}, codec, stream};
+    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, ternary_codec, Feedback> hs{
+        make_host_comm(), l, host_compactor{}, sync_options{}, codec};
+    using B = bucket_strategy;
+    const std::vector<std::vector<B>> st{{B::sparse, B::dense, B::sparse},
+                                         {B::dense, B::sparse_plain, B::sparse},
+                                         {B::sparse, B::sparse, B::dense}};
+    std::uint64_t seed = 31;
+    const auto run = [&](bool three_phase, bool nan) {
+      CAPTURE(seed);
+      auto g = grads(l.total_size(), seed);
+      if (nan && rank == 0) g[100] = std::numeric_limits<float>::quiet_NaN();  // bucket 0
+      array<float> dg(g);
+      if (three_phase) {  // the same submissions on both: the same scale rounds
+        ds.begin_step(dg.span(), stream);
+        ds.submit_bucket(2);
+        ds.submit_bucket(0);
+        ds.finish_step();
+        exec{}.synchronize(stream);
+        hs.begin_step(std::span<float>(g));
+        hs.submit_bucket(2);
+        hs.submit_bucket(0);
+        hs.finish_step();
+      } else {
+        ds.allreduce(dg.span(), stream);
+        hs.allreduce(std::span<float>(g));
+      }
+      CHECK(bad_entries(dg.host(), g) == 0);
+      ++seed;
+      if (nan) return;
+      CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
+      CHECK(ds.stats().collectives == hs.stats().collectives);
+      CHECK(ds.step() == hs.step());
+    };
+    for (double d : {0.0, 0.3, 1.0}) {
+      CAPTURE(d);
+      const auto masks = masks_for<bitmap_mask>(l, d, 13);
+      ds.set_masks(masks);
+      hs.set_masks(masks);
+      for (const auto& s : st) {
+        ds.set_strategies(s);
+        hs.set_strategies(s);
+        for (int k = 0; k < 3; ++k) run(k == 1, false);
+      }
+    }
+    run(false, true);
+    CHECK(ds.step() == hs.step() + 1);
+    hs.set_step(ds.step());
+    run(true, false);  // the residuals of before the NaN, on both
+    const ternary_codec previous{ternary_options{.scale = scale_source::previous_max}};
+    CHECK_THROWS_WITH_AS((pactrain::sync<bitmap_mask, Compactor, comm_type, ternary_codec>{
+                             make_comm(), l, Compactor{}, sync_options{}, previous, stream}),
+                         doctest::Contains("previous_max scales run on the host engine only"),
+                         error);
+  }
+
   // A fully pruned model sends nothing and zeroes everything.
   void fully_pruned() const {
     const auto l = small_layout();
@@ -200,6 +345,7 @@ struct sync_checks {
       against_host<bitmap_mask, identity_codec<double>>(l);
     }
     SUBCASE("three-phase step") { three_phase(); }
+    SUBCASE("separate buffers") { separate_buffers(); }
   }
 
   void all() const {
@@ -220,6 +366,9 @@ struct sync_checks {
       against_host<block_mask<4>, bf16_codec>(small_layout());
     }
     SUBCASE("three-phase step") { three_phase(); }
+    SUBCASE("separate buffers") { separate_buffers(); }
+    SUBCASE("ternary") { ternary<no_feedback>(0); }
+    SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback>(64); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }
   }

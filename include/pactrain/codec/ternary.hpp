@@ -6,12 +6,12 @@
 #include <pactrain/detail/cpu.hpp>
 #include <pactrain/detail/finite.hpp>
 #include <pactrain/detail/random.hpp>
+#include <pactrain/detail/ternary_lane.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -221,7 +221,7 @@ class ternary_codec {
     check_scales(c, in.size());
     std::memset(wire.data(), 0, wire.size_bytes());
     // Not a structured binding: Clang 14 cannot capture one in the lambda below.
-    const std::pair<std::uint32_t, std::uint32_t> key = keys(c);
+    const std::pair<std::uint32_t, std::uint32_t> key = detail::ternary_keys(opt_.seed, c);
     const std::uint32_t k0 = key.first;
     const std::uint32_t k1 = key.second;
     // Words in blocks that stay in cache while each lane plane is ORed into them.
@@ -236,7 +236,7 @@ class ternary_codec {
           const plane pl{.g = in.data() + first,
                          .r_in = residual_in == nullptr ? nullptr : residual_in + first,
                          .r = residual == nullptr ? nullptr : residual + first,
-                         .inv = s > 0 && std::isfinite(s) ? 1.0f / s : 0.0f,
+                         .inv = detail::ternary_inverse(s),
                          .scale = s,
                          .k0 = k0,
                          .k1 = k1,
@@ -279,30 +279,6 @@ class ternary_codec {
     const unsigned b = lane_bits(p);
     const std::size_t l = 32u / b;
     return {n / l + (n % l != 0), b};
-  }
-
-  [[nodiscard]] std::pair<std::uint32_t, std::uint32_t> keys(
-      const codec_context& c) const noexcept {
-    std::uint64_t h = detail::splitmix64(opt_.seed ^ 0x7465726e61727900ull);
-    h = detail::splitmix64(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.rank)));
-    h = detail::splitmix64(h ^ c.step);
-    h = detail::splitmix64(h ^ c.bucket);
-    return {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32)};
-  }
-
-  // 24 uniform bits of entry k = hi * 2^32 + lo, from the step's keys (hi_key = hi ^ k1).
-  PACTRAIN_ALWAYS_INLINE static std::uint32_t random(std::uint32_t lo, std::uint32_t hi_key,
-                                                     std::uint32_t k0) noexcept {
-    return detail::lowbias32(detail::lowbias32(lo ^ k0) + hi_key) >> 8;
-  }
-
-  // u = t + 1 for one value: 1 + sign(g) with probability min(|g| / s, 1), else 1.
-  PACTRAIN_ALWAYS_INLINE static std::uint32_t lane(float g, float inv, std::uint32_t r) noexcept {
-    const float p = std::fabs(g) * inv;  // NaN g: p is NaN, the compare is false, t = 0
-    // r < 2^24: exact as a float, and a signed conversion vectorises.
-    const std::uint32_t hit = static_cast<float>(static_cast<std::int32_t>(r)) * 0x1p-24f < p;
-    const std::uint32_t neg = g < 0.0f;
-    return 1u + hit - ((hit & neg) << 1);  // without branches, so that the loop vectorises
   }
 
   // One lane plane of encode: values g (payload indices first..), their residuals read from
@@ -353,13 +329,10 @@ class ternary_codec {
         float x = g[i];
         if constexpr (Mode == residual_mode::accumulate) x += r[i];
         if constexpr (Mode == residual_mode::accumulate_from) x += r_in[i];
-        const std::uint32_t u = lane(x, p.inv, random(lo, hi_key, p.k0));
+        const std::uint32_t u =
+            detail::ternary_lane(x, p.inv, detail::ternary_random(lo, hi_key, p.k0));
         w[i] |= u << p.shift;
-        if constexpr (Mode != residual_mode::none) {
-          // decode_local's value for this lane, (u - 1) * scale, then what it missed. The
-          // product is exact (u - 1 is -1, 0 or 1), so a contraction to FMA changes nothing.
-          r[i] = x - static_cast<float>(static_cast<std::int32_t>(u - 1u)) * p.scale;
-        }
+        if constexpr (Mode != residual_mode::none) r[i] = detail::ternary_residual(x, u, p.scale);
       }
       g += m;
       w += m;

@@ -14,7 +14,9 @@
 // Each bucket's gather and scatter is one launch over all its tensors. The three-phase step
 // (begin_step(grads, stream), submit_bucket(b), finish_step()) queues a bucket's gather and
 // allreduce as soon as it is submitted, so that they overlap the rest of the backward pass.
-// All four bucket strategies run; the plain ones bypass the codec.
+// All four bucket strategies run; the plain ones bypass the codec. The gradients may be one
+// flat buffer or one buffer per tensor (allreduce_async(std::span<const std::span<T>>,
+// stream)); a dense bucket whose tensors do not lie back to back is staged through a copy.
 //
 // The communicator must be stream-ordered on device buffers: after
 // allreduce_async(span, op, stream) returns, work queued later on `stream` sees the result
@@ -24,8 +26,8 @@
 //
 // Codecs: identity_codec<float|double>, and fp16_codec/bf16_codec with the rounding fused into
 // the gather and the widening and 1/P into the scatter (dense buckets: an encode and a decode
-// kernel), bit for bit as the host engine. ternary_codec and error feedback run on the host
-// engine only.
+// kernel), bit for bit as the host engine; ternary_codec with or without error_feedback and
+// scale blocks (current_max scales), also bit for bit (cuda/detail/device_ternary.hpp).
 //
 // The engine itself (cuda/detail/device_engine.hpp) is written over the device compactor's
 // execution backend: with thrust_compactor (<pactrain/cuda/thrust_compactor.hpp>) the same

@@ -127,6 +127,13 @@ struct thrust_exec {
   }
 
   template <class T>
+  void copy(T* dst, const T* src, std::size_t n, stream_type s) const {
+    if (n == 0) return;
+    thrust::copy(policy(s), thrust::device_pointer_cast(src), thrust::device_pointer_cast(src + n),
+                 thrust::device_pointer_cast(dst));
+  }
+
+  template <class T>
   void zero(T* p, std::size_t n, stream_type s) const {
     if (n == 0) return;
     thrust::fill(policy(s), thrust::device_pointer_cast(p), thrust::device_pointer_cast(p + n),

@@ -24,6 +24,13 @@
 #define PACTRAIN_ALWAYS_INLINE inline
 #endif
 
+// Functions shared by host code and CUDA kernels (the ternary codec's lanes and mixers).
+#if defined(__CUDACC__)
+#define PACTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define PACTRAIN_HOST_DEVICE
+#endif
+
 // Hot loops with run-time trip counts: GCC 12 at -O2 (the cheap vectoriser cost model)
 // leaves them scalar, 4-6x slower than at -O3. This asks for the -O3 model in those functions
 // only, so that a user's -O2 build gets the same kernels. Clang vectorises them at -O2.

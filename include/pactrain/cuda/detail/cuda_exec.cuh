@@ -94,6 +94,13 @@ struct cuda_exec {
     PACTRAIN_CUDA_TRY(cudaStreamSynchronize(s.get()));
   }
 
+  /// dst[0, n) = src[0, n) between device buffers, queued on s.
+  template <class T>
+  void copy(T* dst, const T* src, std::size_t n, stream_type s) const {
+    if (n == 0) return;
+    PACTRAIN_CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s.get()));
+  }
+
   /// p[0, n) = +0, queued on s.
   template <class T>
   void zero(T* p, std::size_t n, stream_type s) const {

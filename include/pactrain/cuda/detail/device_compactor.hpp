@@ -5,7 +5,7 @@
 //
 // Exec provides: memory; stream_type (default-constructible: the default stream); buffer<T>
 // (an owning array: buffer(n, stream), data(), size()); for_each(n, f, s);
-// exclusive_popcount_scan(words, out, n, s); upload / download / zero; synchronize(s);
+// exclusive_popcount_scan(words, out, n, s); upload / download / copy / zero; synchronize(s);
 // expect_device(p, n, where, what); and the names its errors carry (name, gather_where,
 // scatter_where). Compiles without nvcc where Exec does.
 #pragma once
@@ -118,14 +118,14 @@ class basic_device_compactor {
     return p;
   }
 
-  /// The entry of a plan's tensor in a bucket-wide launch (detail::bucket_tensor): the tensor
-  /// starts at `offset` in the gradient buffer and at `payload` in the bucket's payload, and
-  /// its work items after `first_item` others.
-  [[nodiscard]] static detail::bucket_tensor bucket_entry(const plan_type& p, std::size_t offset,
-                                                          std::size_t payload,
+  /// The entry of a plan's tensor in a bucket-wide launch (detail::bucket_tensor): tensor
+  /// `tensor` of the layout starts at `offset` in the flat gradient buffer and at `payload` in the
+  /// bucket's payload, and its work items after `first_item` others.
+  [[nodiscard]] static detail::bucket_tensor bucket_entry(const plan_type& p, std::size_t tensor,
+                                                          std::size_t offset, std::size_t payload,
                                                           std::size_t first_item) noexcept {
     const bool by_index = p.format_ == plan_format::indices;
-    return {p.view(), p.indices_.data(), by_index, p.count_, offset, payload, first_item};
+    return {p.view(), p.indices_.data(), by_index, p.count_, tensor, offset, payload, first_item};
   }
   /// Work items of a plan's tensor in a bucket-wide launch.
   [[nodiscard]] static std::size_t bucket_items(const plan_type& p) noexcept {

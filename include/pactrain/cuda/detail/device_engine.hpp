@@ -11,7 +11,9 @@
 #include <pactrain/communicator.hpp>
 #include <pactrain/cuda/detail/device_buckets.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
+#include <pactrain/cuda/detail/device_grads.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
+#include <pactrain/cuda/detail/device_ternary.hpp>
 #include <pactrain/detail/sync/core.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -54,16 +56,20 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   using core = detail::sync_core<sync, Mask, compactor_t, Comm, Codec, Feedback>;
   friend core;
   static constexpr bool checked_supported = false;  // sync_options::checked: host engine only
-  // Plain buckets send value_type, coded ones wire_type: the communicator reduces both.
+  static constexpr bool is_ternary = std::is_same_v<Codec, ternary_codec>;
+  // Plain buckets send value_type, coded ones wire_type (and ternary scales uint64 words):
+  // the communicator reduces them all.
   static constexpr bool stream_ordered =
       detail::stream_ordered_for<Comm, Exec, typename Codec::wire_type> &&
-      detail::stream_ordered_for<Comm, Exec, typename Codec::value_type>;
+      detail::stream_ordered_for<Comm, Exec, typename Codec::value_type> &&
+      (!is_ternary || detail::stream_ordered_for<Comm, Exec, std::uint64_t>);
 
-  static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec>,
-                "pactrain::sync on device buffers supports identity_codec, fp16_codec and "
-                "bf16_codec so far; use the host engine (host_compactor) for ternary_codec");
-  static_assert(codec_traits<Codec>::is_identity || !Feedback::enabled,
-                "pactrain::sync on device buffers has no error feedback yet (use no_feedback)");
+  static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec> || is_ternary,
+                "pactrain::sync on device buffers supports identity_codec, fp16_codec, "
+                "bf16_codec and ternary_codec");
+  static_assert(is_ternary || codec_traits<Codec>::is_identity || !Feedback::enabled,
+                "pactrain::sync on device buffers: error feedback runs with ternary_codec (the "
+                "16-bit codecs' rounding error is left to the optimizer)");
   static_assert(stream_ordered || Exec::host_accessible,
                 "pactrain::sync on device buffers needs a stream-ordered communicator "
                 "(nccl_communicator, mpi_cuda_communicator): allreduce_async(span, op, "
@@ -81,7 +87,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   sync(Comm comm, param_layout layout, compactor_t compactor = {}, sync_options opt = {},
        Codec codec = {}, stream_type stream = {})
       : core(std::move(comm), std::move(layout), std::move(compactor), opt, std::move(codec)),
-        home_(stream) {
+        home_(stream),
+        io_(this->layout_, stream) {
     this->commit_full("sync");
   }
 
@@ -109,12 +116,22 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     begin(grads, stream, "allreduce");
     finish();
   }
+  /// As above, with each tensor in a buffer of its own (device memory, layout order). A dense
+  /// bucket whose tensors do not lie back to back goes through a staging copy.
+  void allreduce_async(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
+    begin(tensors, stream, "allreduce");
+    finish();
+  }
 
   /// Local: opens a step over `grads` (device memory, all tensors) on `stream`. The buffer
   /// must stay alive, and each bucket's entries untouched from its submission until the work
   /// finish_step queues has run.
   void begin_step(std::span<value_type> grads, stream_type stream = {}) {
     begin(grads, stream, "begin_step");
+  }
+  /// As above, with each tensor in a buffer of its own.
+  void begin_step(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
+    begin(tensors, stream, "begin_step");
   }
   /// Collective: bucket `b`'s gradients are final on the step's stream; queues its gather and
   /// allreduce there now, so that they overlap the backward pass of the next buckets. Every
@@ -125,7 +142,16 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     PACTRAIN_EXPECTS(submitted_[b] == 0, "sync::submit_bucket: bucket " + std::to_string(b) +
                                              " was already submitted in this step");
     closing_on_error([&] {
+      if constexpr (is_ternary) {
+        if (scaled(b)) ternary_.own(b);
+      }
       gather_one(b);
+      if constexpr (is_ternary) {
+        if (scaled(b)) {
+          scale_round(ternary_.own(b));
+          encode_one(b);
+        }
+      }
       reduce_one(b);
       submitted_[b] = 1;
     });
@@ -152,6 +178,11 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
                      "sync::allreduce: null buffer with " + std::to_string(n) + " entries");
     allreduce(std::span<value_type>(data, n), stream);
   }
+  /// allreduce_async over one buffer per tensor, then synchronises `stream`.
+  void allreduce(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
+    allreduce_async(tensors, stream);
+    exec().synchronize(stream);
+  }
 
  private:
   using core::is_identity;
@@ -162,15 +193,25 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
   // --- commit hooks (see detail/sync/core.hpp) ---
 
-  void check_commit(const char* op) const { check_closed(op); }
+  void check_commit(const char* op) const {
+    check_closed(op);
+    if constexpr (is_ternary) {
+      PACTRAIN_EXPECTS(!this->codec_.scale_from_previous_step(),
+                       "ternary_codec's previous_max scales run on the host engine only; on "
+                       "device buffers use scale_source::current_max");
+    }
+  }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
   struct no_requests {};
   using requests_t =
       std::conditional_t<stream_ordered, no_requests, std::vector<typename Comm::request_type>>;
+  struct no_ternary {};
+  using ternary_state = std::conditional_t<is_ternary, detail::device_ternary<Exec>, no_ternary>;
   struct workspace_buffers {
     buffer<value_type> payload;
     buffer<wire_type> wire;
+    ternary_state ternary;
     detail::bucket_table<Exec> buckets;  // one gather and one scatter launch per bucket
     std::vector<char> submitted;         // per bucket, in the open step
     requests_t requests;                 // host communicators: one per bucket
@@ -185,9 +226,13 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const std::size_t buckets = this->layout_.buckets().size();
     workspace_buffers n{buffer<value_type>(w.payload_size(), home_),
                         buffer<wire_type>(is_identity ? 0 : w.wire_size(), home_),
+                        {},
                         detail::bucket_table<Exec>(exec(), this->layout_, w, plans, home_),
                         {},
                         {}};
+    if constexpr (is_ternary) {
+      n.ternary = detail::device_ternary<Exec>(exec(), this->codec_, w, this->feedback, home_);
+    }
     n.submitted.assign(buckets, 0);
     if constexpr (!stream_ordered) n.requests.resize(buckets);
     exec().synchronize(home_);  // the buffers exist for every stream
@@ -196,6 +241,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   void install_workspace(workspace_buffers&& n) noexcept {
     payload_ = std::move(n.payload);
     wire_ = std::move(n.wire);
+    ternary_ = std::move(n.ternary);
     buckets_ = std::move(n.buckets);
     submitted_ = std::move(n.submitted);
     if constexpr (!stream_ordered) requests_ = std::move(n.requests);
@@ -221,21 +267,19 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
   }
 
-  // Bad input throws before anything is queued and leaves no step open.
-  // `op`: "allreduce" or "begin_step".
-  void begin(std::span<value_type> grads, stream_type stream, const char* op) {
+  // Bad input throws before anything is queued and leaves no step open. `grads`: one flat
+  // buffer or one per tensor; `op`: "allreduce" or "begin_step".
+  template <class Grads>
+  void begin(Grads grads, stream_type stream, const char* op) {
     check_closed(op);
-    PACTRAIN_EXPECTS(grads.size() == this->layout_.total_size(),
-                     std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
-                         " entries, the layout " + std::to_string(this->layout_.total_size()));
-    Exec::expect_device(grads.data(), grads.size(),
-                        op[0] == 'a' ? "sync::allreduce: " : "sync::begin_step: ", "gradient");
+    io_.set(this->layout_, grads, op);
     step_stats_ = this->begin_stats();
     start_ = detail::sync_clock::now();
     // The payload is shared: a step on another stream runs after the previous one, without
     // blocking the host.
     step_done_.order(Exec::native(stream));
-    grads_ = grads;
+    io_.begin(exec(), this->layout_, this->strategies_, stream, home_, step_done_);
+    if constexpr (is_ternary) ternary_.begin_step(exec(), stream);
     stream_ = stream;
     std::fill(submitted_.begin(), submitted_.end(), char{0});
     open_ = true;
@@ -259,7 +303,21 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       {
         detail::phase_timer t(step_stats_.gather_seconds);
         for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (submitted_[b] == 0) gather_one(b);
+          if (submitted_[b] != 0) continue;
+          if constexpr (is_ternary) {
+            if (scaled(b)) ternary_.in_round(b);
+          }
+          gather_one(b);
+        }
+      }
+      if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
+        if (!ternary_.round().empty()) {
+          detail::phase_timer t(step_stats_.allreduce_seconds);
+          scale_round(ternary_.round());
+        }
+        detail::phase_timer t(step_stats_.gather_seconds);
+        for (std::size_t b = 0; b < buckets.size(); ++b) {
+          if (submitted_[b] == 0 && scaled(b)) encode_one(b);
         }
       }
       {
@@ -270,6 +328,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
         detail::phase_timer t(step_stats_.scatter_seconds);
         const value_type scale = value_type(1) / static_cast<value_type>(this->comm_.size());
         for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, scale);
+        if constexpr (is_ternary) ternary_.end_step(exec(), stream_);
       }
       step_done_.record(Exec::native(stream_));
     });
@@ -278,22 +337,31 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   }
 
   // Gathers sparse bucket b's payload (a codec's encode fused in where the bucket is coded);
-  // a coded dense bucket is encoded whole, its pruned entries zeroed first.
+  // a dense bucket's tensors are copied into its region if they are not in place, and a
+  // coded one is encoded whole, its pruned entries zeroed first.
   void gather_one(std::size_t b) {
     const auto& bk = this->layout_.buckets()[b];
     const bool plain = this->plain(b);
-    if (is_sparse(this->strategies_[b])) {
-      if (plain) {
-        buckets_.gather(exec(), b, grads_.data(), bucket_payload(b).data(), stream_);
+    const bool sparse = is_sparse(this->strategies_[b]);
+    if (sparse) {
+      if (plain || is_ternary) {
+        buckets_.gather(exec(), b, io_.tensors(), bucket_payload(b).data(), stream_);
       } else {
-        buckets_.gather(exec(), b, grads_.data(), bucket_wire(b).data(), stream_);
+        buckets_.gather(exec(), b, io_.tensors(), bucket_wire(b).data(), stream_);
       }
-    } else if (!plain && bk.size != 0) {
-      expand_dense_bucket(b, 1);  // pruned entries sent as +0
-      exec().for_each(bk.size,
-                      detail::encode_op<value_type, wire_type>{grads_.data() + bk.offset,
-                                                               bucket_wire(b).data()},
-                      stream_);
+    } else {
+      io_.stage_in(exec(), this->layout_, b, stream_);
+      if (!plain && bk.size != 0) expand_dense_bucket(b, 1);  // pruned entries sent as +0
+    }
+    if (plain) return;
+    if constexpr (is_ternary) {
+      if (scaled(b)) {
+        ternary_.local_scales(exec(), codec_input(b), codec_input_size(b), slots(b), stream_);
+      }
+    } else if (!sparse && bk.size != 0) {
+      exec().for_each(
+          bk.size, detail::encode_op<value_type, wire_type>{io_.region(b), bucket_wire(b).data()},
+          stream_);
     }
   }
 
@@ -316,7 +384,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     } else if (is_sparse(this->strategies_[b])) {
       send(bucket_payload(b));
     } else {
-      send(grads_.subspan(bk.offset, bk.size));
+      send(std::span<value_type>(io_.region(b), bk.size));
     }
   }
 
@@ -359,35 +427,86 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const auto& bk = this->layout_.buckets()[b];
     const bool plain = this->plain(b);
     if (is_sparse(this->strategies_[b])) {
+      const auto dst = io_.tensors();
+      const auto host = io_.host_tensors();
       if (plain) {
-        buckets_.scatter(exec(), b, bucket_payload(b).data(), grads_.data(), scale, stream_);
+        buckets_.scatter(exec(), b, bucket_payload(b).data(), dst, host, scale, stream_);
+      } else if constexpr (is_ternary) {  // decoded to the mean in the payload
+        decode_ternary(b);
+        buckets_.scatter(exec(), b, bucket_payload(b).data(), dst, host, value_type(1), stream_);
       } else {
-        buckets_.scatter(exec(), b, bucket_wire(b).data(), grads_.data(), scale, stream_);
+        buckets_.scatter(exec(), b, bucket_wire(b).data(), dst, host, scale, stream_);
       }
-    } else if (!plain) {
-      exec().for_each(bk.size,
-                      detail::decode_op<value_type, wire_type>{bucket_wire(b).data(),
-                                                               grads_.data() + bk.offset, scale},
-                      stream_);
+      return;
+    }
+    if (!plain) {
+      if constexpr (is_ternary) {
+        decode_ternary(b);
+        expand_dense_bucket(b, 1);  // +0 at pruned entries, where a NaN scale wrote NaN
+      } else {
+        exec().for_each(
+            bk.size,
+            detail::decode_op<value_type, wire_type>{bucket_wire(b).data(), io_.region(b), scale},
+            stream_);
+      }
     } else {
       expand_dense_bucket(b, scale);
     }
+    io_.stage_out(exec(), this->layout_, b, stream_);
   }
 
-  // A reduced dense bucket in place: times scale at kept entries, +0 elsewhere. A bucket that
-  // keeps everything is one scale launch (none for scale 1); otherwise its kept entries go
-  // through the payload and back, one launch each.
+  // --- ternary_codec (see device_ternary.hpp) ---
+
+  // A coded bucket with codec input: it needs scales.
+  bool scaled(std::size_t b) const { return !this->plain(b) && codec_input_size(b) != 0; }
+  // Bucket b's codec input: its gathered payload (sparse) or its dense region.
+  value_type* codec_input(std::size_t b) {
+    return is_sparse(this->strategies_[b]) ? bucket_payload(b).data() : io_.region(b);
+  }
+  std::size_t codec_input_size(std::size_t b) const { return ws().codec_input_of(b); }
+  std::span<std::uint64_t> slots(std::size_t b) {
+    return {const_cast<std::uint64_t*>(ternary_.slot(b)), ternary_.count(b)};
+  }
+  codec_context context(std::size_t b) const noexcept {
+    return {
+        .rank = this->comm_.rank(), .size = this->comm_.size(), .step = this->step_, .bucket = b};
+  }
+  // One MAX round over scale words, in stream order (or completed, host communicators).
+  void scale_round(std::span<std::uint64_t> words) {
+    if constexpr (stream_ordered) {
+      (void)this->comm_.allreduce_async(words, reduce_op::max, Exec::native(stream_));
+    } else {
+      this->comm_.allreduce(words, reduce_op::max);
+    }
+    ++step_stats_.collectives;
+    step_stats_.bytes_sent += words.size_bytes();
+  }
+  void encode_one(std::size_t b) {
+    ternary_.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
+                    ws().codec_input[b], ternary_.slot(b), bucket_wire(b).data(), stream_);
+  }
+  // The mean into the codec input's place (NaN where a scale is not finite).
+  void decode_ternary(std::size_t b) {
+    if (!scaled(b)) return;
+    ternary_.decode(exec(), this->codec_, this->comm_.size(), b, bucket_wire(b).data(),
+                    codec_input(b), codec_input_size(b), ternary_.slot(b), stream_);
+  }
+
+  // A reduced dense bucket's region in place: times scale at kept entries, +0 elsewhere. A
+  // bucket that keeps everything is one scale launch (none for scale 1); otherwise its kept
+  // entries go through the payload and back, one launch each.
   void expand_dense_bucket(std::size_t b, value_type scale) {
     const auto& bk = this->layout_.buckets()[b];
     if (bk.size == 0) return;
     if (ws().payload_of(b) == bk.size) {
       if (scale == value_type(1)) return;
-      value_type* d = grads_.data() + bk.offset;
+      value_type* d = io_.region(b);
       exec().for_each(bk.size, detail::scale_op<value_type>{d, d, scale}, stream_);
       return;
     }
-    buckets_.gather(exec(), b, grads_.data(), bucket_payload(b).data(), stream_);
-    buckets_.scatter(exec(), b, bucket_payload(b).data(), grads_.data(), scale, stream_);
+    const auto region = io_.region_source(this->layout_, b);
+    buckets_.gather(exec(), b, region, bucket_payload(b).data(), stream_);
+    buckets_.scatter(exec(), b, bucket_payload(b).data(), region, {}, scale, stream_);
   }
 
   // Completes the collectives in flight, in issue order; each is waited for once even when
@@ -408,15 +527,16 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     }
   }
 
-  stream_type home_{};              // plans and payload are allocated and freed here
-  typename Exec::event step_done_;  // the end of the last step
+  stream_type home_{};                         // plans and payload are allocated and freed here
+  detail::device_grads<value_type, Exec> io_;  // the gradients of the open step
+  typename Exec::event step_done_;             // the end of the last step
   buffer<value_type> payload_;
   buffer<wire_type> wire_;  // codecs only
+  ternary_state ternary_;
   detail::bucket_table<Exec> buckets_;
   std::vector<char> submitted_;  // per bucket, in the open step
   // The open step.
   bool open_ = false;
-  std::span<value_type> grads_;
   stream_type stream_{};
   sync_stats step_stats_;
   detail::sync_clock::time_point start_{};

@@ -254,9 +254,33 @@ struct bucket_tensor {
   const std::uint64_t* indices;  // index plans
   bool by_index;                 // an index plan: one work item per kept entry
   std::size_t count;             // kept entries
-  std::size_t offset;            // first entry in the gradient buffer
+  std::size_t tensor;            // index in the layout
+  std::size_t offset;            // first entry in the flat gradient buffer
   std::size_t payload;           // first payload slot, counted from the bucket's first
   std::size_t first_item;        // work items of the bucket's tensors before this one
+};
+
+/// Where a bucket launch finds each tensor's entries: in one buffer (tensor t at
+/// base + t.offset - origin), or, where `tensors` is set, in a device table of one pointer per
+/// tensor of the layout (gradients held in separate buffers).
+template <class T>
+struct dense_source {
+  T* base = nullptr;
+  std::size_t origin = 0;
+  T* const* tensors = nullptr;
+
+  _CCCL_HOST_DEVICE T* of(const bucket_tensor& t) const noexcept {
+    return tensors != nullptr ? tensors[t.tensor] : base + (t.offset - origin);
+  }
+};
+
+/// dst[k] = values[k] for k < N: a few values queued as a launch's argument, so that a small
+/// table reaches the device in stream order without a host buffer that must outlive the copy.
+template <class T, std::size_t N>
+struct store_op {
+  T values[N];
+  T* dst;
+  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { dst[k] = values[k]; }
 };
 
 /// Work items of one tensor in a bucket launch: its kept entries (index plans), or its quads
@@ -282,19 +306,19 @@ _CCCL_HOST_DEVICE inline const bucket_tensor& tensor_of_item(const bucket_tensor
   return t[lo];
 }
 
-/// payload[t.payload + slot] = grads[t.offset + i] for the kept entries of every tensor of a
+/// payload[t.payload + slot] = (tensor t's entry i) for the kept entries of every tensor of a
 /// bucket (as gather_bitmap_op and gather_indices_op, per tensor).
 template <class T, class W>
 struct bucket_gather_op {
   const bucket_tensor* tensors;
   std::size_t tensor_count;
-  const T* grads;
+  dense_source<T> grads;
   W* payload;
 
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
     const bucket_tensor& t = tensor_of_item(tensors, tensor_count, k);
     const std::size_t item = k - t.first_item;
-    const T* dense = grads + t.offset;
+    const T* dense = grads.of(t);
     if (t.by_index) {
       gather_indices_op<T, W>{t.indices, dense, payload + t.payload}(item);
       return;
@@ -304,20 +328,20 @@ struct bucket_gather_op {
   }
 };
 
-/// grads[t.offset + i] = scale * payload[t.payload + slot] at kept entries of every tensor of
+/// (tensor t's entry i) = scale * payload[t.payload + slot] at kept entries of every tensor of
 /// a bucket, +0 at pruned ones of bitmap plans (index plans' tensors are zeroed before).
 template <class T, class W>
 struct bucket_scatter_op {
   const bucket_tensor* tensors;
   std::size_t tensor_count;
   const W* payload;
-  T* grads;
+  dense_source<T> grads;
   T scale;
 
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
     const bucket_tensor& t = tensor_of_item(tensors, tensor_count, k);
     const std::size_t item = k - t.first_item;
-    T* dense = grads + t.offset;
+    T* dense = grads.of(t);
     if (t.by_index) {
       scatter_indices_op<T, W>{t.indices, payload + t.payload, dense, scale}(item);
       return;

@@ -2,6 +2,7 @@
 // order of submission, and the dense workspace of buckets that cannot run in place.
 #pragma once
 
+#include <pactrain/detail/sync/grad_views.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -36,11 +37,7 @@ class host_step {
   /// The views of a flat buffer of every tensor. Throws, changing nothing, on a bad buffer.
   void set_views(const param_layout& layout, std::span<T> grads, const char* op) {
     check_closed(op);
-    PACTRAIN_EXPECTS(grads.data() != nullptr || grads.empty(),
-                     std::string("sync::") + op + ": null buffer");
-    PACTRAIN_EXPECTS(grads.size() == layout.total_size(),
-                     std::string("sync::") + op + ": buffer has " + std::to_string(grads.size()) +
-                         " entries, the layout " + std::to_string(layout.total_size()));
+    check_flat_grads(layout, grads, op);
     views_.clear();
     for (const auto& t : layout.tensors()) views_.push_back(grads.subspan(t.offset, t.size));
   }
@@ -49,18 +46,7 @@ class host_step {
   void set_views(const param_layout& layout, std::span<const std::span<T>> tensors,
                  const char* op) {
     check_closed(op);
-    PACTRAIN_EXPECTS(tensors.size() == layout.tensor_count(),
-                     std::string("sync::") + op + ": " + std::to_string(tensors.size()) +
-                         " tensors given, the layout has " + std::to_string(layout.tensor_count()));
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const auto& t = layout.tensors()[i];
-      PACTRAIN_EXPECTS(tensors[i].data() != nullptr || tensors[i].empty(),
-                       std::string("sync::") + op + ": null buffer for tensor '" + t.name + "'");
-      PACTRAIN_EXPECTS(tensors[i].size() == t.size,
-                       std::string("sync::") + op + ": tensor '" + t.name + "' has " +
-                           std::to_string(tensors[i].size()) + " entries, the layout " +
-                           std::to_string(t.size));
-    }
+    check_tensor_grads(layout, tensors, op);
     views_.assign(tensors.begin(), tensors.end());
   }
 

@@ -1,0 +1,299 @@
+// ternary_codec on device buffers: the per-entry functors and the device engine's scale and
+// residual state. Internal.
+//
+// Every entry is rounded by the same arithmetic as the host codec (detail/ternary_lane.hpp),
+// so a device step equals a host step bit for bit. Work items:
+//   max_magnitude_op   one strided share of a scale block: max |x| as bits (NaN above Inf),
+//                      merged with an atomic max into the block's word;
+//   ternary_encode_op  one wire word: its lanes j hold entries j * words + w;
+//   ternary_decode_op  one entry: (lane - P) * s / P, NaN where the scale is not finite.
+// Scales travel as words holding float bits, reduced with MAX over ranks, as on the host.
+// Error feedback keeps two residual buffers and a selector on the device: a step reads one and
+// writes the other, and the selector flips at the end of the step only if every scale it used
+// was finite, so a non-finite step leaves the residuals as they were without the host
+// waiting to learn it.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/codec/ternary.hpp>
+#include <pactrain/detail/sync/workspace.hpp>
+#include <pactrain/detail/ternary_lane.hpp>
+
+#include <cuda/std/bit>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pactrain::detail {
+
+/// The float whose bits a scale word holds.
+_CCCL_HOST_DEVICE inline float scale_of_word(std::uint64_t w) noexcept {
+  return cuda::std::bit_cast<float>(static_cast<std::uint32_t>(w));
+}
+_CCCL_HOST_DEVICE inline bool finite_word(std::uint64_t w) noexcept {
+  return (w & 0x7f800000u) != 0x7f800000u;
+}
+
+/// *p = max(*p, v), atomically.
+_CCCL_HOST_DEVICE inline void atomic_max(std::uint64_t* p, std::uint64_t v) noexcept {
+#if defined(__CUDA_ARCH__)
+  atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+#else
+  std::atomic_ref<std::uint64_t> a(*p);
+  std::uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+#endif
+}
+
+/// Scale words of a codec input: one per block of `block` entries, or one for all (0).
+struct scale_words {
+  const std::uint64_t* words;
+  std::size_t block;
+  _CCCL_HOST_DEVICE float of(std::size_t e) const noexcept {
+    return scale_of_word(words[block == 0 ? 0 : e / block]);
+  }
+};
+
+/// out[k] = max(out[k], the largest magnitude bits in block k). Item i: share i % shares of block
+/// i / shares, entries strided by `shares` (adjacent items read adjacent entries).
+struct max_magnitude_op {
+  const float* in;
+  std::size_t n;
+  std::size_t block;   // entries per block (n for one scale)
+  std::size_t shares;  // items per block
+  std::uint64_t* out;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t i) const noexcept {
+    const std::size_t k = i / shares;
+    const std::size_t first = k * block;
+    const std::size_t end = first + block < n ? first + block : n;
+    std::uint32_t m = 0;
+    for (std::size_t e = first + i % shares; e < end; e += shares) {
+      const std::uint32_t bits = cuda::std::bit_cast<std::uint32_t>(in[e]) & 0x7fffffffu;
+      m = bits > m ? bits : m;
+    }
+    if (m != 0) atomic_max(out + k, m);
+  }
+};
+
+/// Wire word w of a codec input of n entries: each lane is 1 + t, t in {-1, 0, 1}, rounded
+/// stochastically from x = in (+ the residual read from residual[*select] with feedback, the
+/// new one written to residual[1 - *select]).
+struct ternary_encode_op {
+  const float* in;
+  std::uint32_t* wire;
+  std::size_t n;
+  std::size_t words;
+  unsigned bits;
+  scale_words scales;
+  std::uint32_t k0;
+  std::uint32_t k1;
+  float* residual[2];  // null without feedback; the bucket's first codec input
+  const int* select;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t w) const noexcept {
+    const int sel = residual[0] == nullptr ? 0 : *select;
+    const float* r_in = residual[sel];
+    float* r_out = residual[1 - sel];
+    std::uint32_t word = 0;
+    unsigned shift = 0;
+    for (std::size_t e = w; e < n; e += words, shift += bits) {
+      const float s = scales.of(e);
+      float x = in[e];
+      if (r_in != nullptr) x += r_in[e];
+      const auto hi_key = static_cast<std::uint32_t>(static_cast<std::uint64_t>(e) >> 32) ^ k1;
+      const std::uint32_t u = ternary_lane(
+          x, ternary_inverse(s), ternary_random(static_cast<std::uint32_t>(e), hi_key, k0));
+      word |= u << shift;
+      if (r_out != nullptr) r_out[e] = ternary_residual(x, u, s);
+    }
+    wire[w] = word;
+  }
+};
+
+/// *out = max(*out, words[k]) for item k: a bucket's largest scale, non-finite when any is.
+struct max_word_op {
+  const std::uint64_t* words;
+  std::uint64_t* out;
+  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { atomic_max(out, words[k]); }
+};
+
+/// out[e] = (lane - P) * (s / P): the mean of the ranks' ternary values; NaN at every entry
+/// when the bucket's largest scale (`verdict`) is not finite (some rank's gradient held an Inf
+/// or a NaN), as the host engine poisons the whole bucket.
+struct ternary_decode_op {
+  const std::uint32_t* wire;
+  float* out;
+  std::size_t words;
+  unsigned bits;
+  std::uint32_t ranks;
+  scale_words scales;
+  const std::uint64_t* verdict;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t e) const noexcept {
+    const std::uint32_t mask = bits == 32 ? ~0u : (1u << bits) - 1u;
+    const auto lane = (wire[e % words] >> (static_cast<unsigned>(e / words) * bits)) & mask;
+    const auto v = static_cast<std::int32_t>(lane - ranks);
+    out[e] = finite_word(*verdict)
+                 ? static_cast<float>(v) * (scales.of(e) / static_cast<float>(ranks))
+                 : cuda::std::bit_cast<float>(0x7fc00000u);
+  }
+};
+
+/// Flips the residual selector when every scale word of the step is finite (one item).
+struct commit_residuals_op {
+  const std::uint64_t* words;  // the submitted buckets' (zero elsewhere)
+  std::size_t word_count;
+  const std::uint64_t* round;  // finish_step's round
+  std::size_t round_count;
+  int* select;
+
+  _CCCL_HOST_DEVICE void operator()(std::size_t) const noexcept {
+    for (std::size_t k = 0; k < word_count; ++k) {
+      if (!finite_word(words[k])) return;
+    }
+    for (std::size_t k = 0; k < round_count; ++k) {
+      if (!finite_word(round[k])) return;
+    }
+    *select = 1 - *select;
+  }
+};
+
+/// The device engine's ternary state for one commit: every bucket's scale words (submitted
+/// buckets reduce theirs in place; finish_step packs the others into one round), and with
+/// feedback the two residual buffers and their selector.
+template <class Exec>
+class device_ternary {
+ public:
+  using stream_type = typename Exec::stream_type;
+  template <class T>
+  using buffer = typename Exec::template buffer<T>;
+
+  device_ternary() = default;
+  /// Zeroed state for workspace `w`, on `home`. May throw.
+  device_ternary(const Exec& exec, const ternary_codec& codec, const workspace_layout& w,
+                 bool feedback, stream_type home)
+      : block_(codec.options().scale_block) {
+    const std::size_t buckets = w.buckets();
+    first_.assign(buckets + 1, 0);
+    for (std::size_t b = 0; b < buckets; ++b) {
+      first_[b + 1] = first_[b] + codec.scale_count(w.codec_input_of(b));
+    }
+    slot_.assign(buckets, nullptr);
+    words_ = buffer<std::uint64_t>(first_.back(), home);
+    if (block_ != 0) largest_ = buffer<std::uint64_t>(buckets, home);
+    round_ = buffer<std::uint64_t>(first_.back(), home);
+    if (feedback) {
+      for (auto& r : residual_) {
+        r = buffer<float>(w.codec_input_size(), home);
+        exec.zero(r.data(), r.size(), home);
+      }
+      select_ = buffer<int>(1, home);
+      exec.zero(select_.data(), 1, home);
+    }
+  }
+
+  /// Bucket b's scale words.
+  [[nodiscard]] std::size_t count(std::size_t b) const noexcept {
+    return first_[b + 1] - first_[b];
+  }
+
+  /// A step opens: no bucket has scales yet, and finish_step's round is empty.
+  void begin_step(const Exec& exec, stream_type s) {
+    exec.zero(words_.data(), words_.size(), s);
+    exec.zero(largest_.data(), largest_.size(), s);
+    round_used_ = 0;
+  }
+  /// Bucket b's scales of this step: its own words (submit_bucket reduces them alone), or the
+  /// next ones of finish_step's round. Returns them.
+  std::span<std::uint64_t> own(std::size_t b) noexcept {
+    slot_[b] = words_.data() + first_[b];
+    return {slot_[b], count(b)};
+  }
+  std::span<std::uint64_t> in_round(std::size_t b) noexcept {
+    slot_[b] = round_.data() + round_used_;
+    round_used_ += count(b);
+    return {slot_[b], count(b)};
+  }
+  /// finish_step's round: every word in_round gave out.
+  [[nodiscard]] std::span<std::uint64_t> round() noexcept { return {round_.data(), round_used_}; }
+  [[nodiscard]] const std::uint64_t* slot(std::size_t b) const noexcept { return slot_[b]; }
+
+  /// slot[k] = max |in| over block k of the n entries.
+  void local_scales(const Exec& exec, const float* in, std::size_t n, std::span<std::uint64_t> slot,
+                    stream_type s) const {
+    const std::size_t slots = slot.size();
+    exec.zero(slot.data(), slots, s);
+    const std::size_t block = block_ == 0 ? n : block_;
+    constexpr std::size_t per_item = 256;
+    const std::size_t shares = (block + per_item - 1) / per_item;
+    exec.for_each(slots * shares, max_magnitude_op{in, n, block, shares, slot.data()}, s);
+  }
+
+  /// Encodes n entries of `in` (bucket c.bucket's codec input, from codec input `at` on) with
+  /// its reduced scales in `slot`.
+  void encode(const Exec& exec, const ternary_codec& codec, const codec_context& c, const float* in,
+              std::size_t n, std::size_t at, const std::uint64_t* slot, std::uint32_t* wire,
+              stream_type s) {
+    if (block_ != 0) {  // the verdict decode reads
+      exec.for_each(count(c.bucket), max_word_op{slot, largest_.data() + c.bucket}, s);
+    }
+    const std::size_t words = codec.wire_size(n, c.size);
+    const auto [k0, k1] = ternary_keys(codec.options().seed, c);
+    ternary_encode_op op{in,
+                         wire,
+                         n,
+                         words,
+                         codec.lane_bits(c.size),
+                         {slot, block_},
+                         k0,
+                         k1,
+                         {nullptr, nullptr},
+                         select_.data()};
+    if (!residual_[0].empty()) {
+      op.residual[0] = residual_[0].data() + at;
+      op.residual[1] = residual_[1].data() + at;
+    }
+    exec.for_each(words, op, s);
+  }
+
+  /// out = the mean of bucket b's n entries from the summed wire, with the scales in `slot`.
+  void decode(const Exec& exec, const ternary_codec& codec, int ranks, std::size_t b,
+              const std::uint32_t* wire, float* out, std::size_t n, const std::uint64_t* slot,
+              stream_type s) const {
+    const ternary_decode_op op{wire,
+                               out,
+                               codec.wire_size(n, ranks),
+                               codec.lane_bits(ranks),
+                               static_cast<std::uint32_t>(ranks),
+                               {slot, block_},
+                               block_ == 0 ? slot : largest_.data() + b};
+    exec.for_each(n, op, s);
+  }
+
+  /// Error feedback: keeps the step's new residuals if all its scales were finite.
+  void end_step(const Exec& exec, stream_type s) {
+    if (residual_[0].empty()) return;
+    exec.for_each(1,
+                  commit_residuals_op{words_.data(), words_.size(), round_.data(), round_used_,
+                                      select_.data()},
+                  s);
+  }
+
+ private:
+  std::size_t block_ = 0;
+  std::vector<std::size_t> first_;    // per bucket + 1: scale words before it
+  std::vector<std::uint64_t*> slot_;  // per bucket: its scale words in this step
+  buffer<std::uint64_t> words_;
+  buffer<std::uint64_t> round_;
+  buffer<std::uint64_t> largest_;  // scale blocks: per bucket, its largest scale this step
+  std::size_t round_used_ = 0;
+  buffer<float> residual_[2];
+  buffer<int> select_;
+};
+
+}  // namespace pactrain::detail
