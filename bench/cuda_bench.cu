@@ -18,7 +18,8 @@
 //                     (2 x bytes copied: read and write); 1.0 = as fast as memcpy moves bytes.
 // sync/nccl1: sync::allreduce of 100 MB of gradients (PACTRAIN_BENCH_SYNC_MB) at the given
 // density on one GPU; `outside_allreduce_us` is its time minus that of a bare ncclAllReduce
-// of the same payload.
+// of the same payload. sync_ternary_ef/nccl1: the same with ternary_codec and error feedback
+// (its scale round is part of what lies outside the bare allreduce of the wire words).
 #include <pactrain/cuda/compactor.cuh>
 #include <pactrain/cuda/nccl.hpp>
 #include <pactrain/cuda/sync.cuh>
@@ -197,6 +198,7 @@ ncclComm_t nccl() {
   return w.comm;
 }
 
+template <class Codec = identity_codec<float>, class Feedback = no_feedback>
 void bm_sync(benchmark::State& state) {
   auto& d = dev();
   const double density = static_cast<double>(state.range(0)) / 100.0;
@@ -207,8 +209,9 @@ void bm_sync(benchmark::State& state) {
   for (std::size_t at = 0, k = 0; at < n; at += std::size_t{1} << 20, ++k) {
     l.add("t" + std::to_string(k), std::min(std::size_t{1} << 20, n - at));
   }
-  using sync_t = pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator>;
-  sync_t s{nccl_communicator{nccl(), d.stream}, l, d.stream};
+  using sync_t = pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator, Codec, Feedback>;
+  sync_t s{nccl_communicator{nccl(), d.stream}, l, cuda_compactor{}, sync_options{}, Codec{},
+           d.stream};
   std::vector<bitmap_mask> masks;
   for (const auto& t : l.tensors()) masks.push_back(make_mask<bitmap_mask>(t.size, density));
   s.set_masks(masks);
@@ -217,14 +220,18 @@ void bm_sync(benchmark::State& state) {
       cudaMemcpyAsync(g.data(), d.dense.data(), n * 4, cudaMemcpyDeviceToDevice, d.stream));
   std::size_t kept = 0;
   for (const auto& m : masks) kept += m.count();
-  // The bare collective: one ncclAllReduce per bucket of the same payload sizes, grouped.
+  // The bare collective: one ncclAllReduce per bucket of the same wire sizes, grouped.
+  using wire_t = typename Codec::wire_type;
+  std::size_t wire = 0;
+  for (std::size_t b = 0; b < l.buckets().size(); ++b) wire = std::max(wire, s.wire_size(b));
+  detail::device_buffer<wire_t> w(wire, d.stream);
   nccl_communicator raw{nccl(), d.stream};
   const auto bare = [&] {
     raw.group_start();
     for (std::size_t b = 0; b < l.buckets().size(); ++b) {
-      if (s.payload_size(b) == 0) continue;
-      (void)raw.allreduce_async(std::span<float>(d.payload.data(), s.payload_size(b)),
-                                reduce_op::sum, d.stream);
+      if (s.wire_size(b) == 0) continue;
+      (void)raw.allreduce_async(std::span<wire_t>(w.data(), s.wire_size(b)), reduce_op::sum,
+                                d.stream);
     }
     raw.group_end();
   };
@@ -275,7 +282,12 @@ BENCHMARK(bm_compact<bitmap_mask, true, float, thrust_compactor>)
 BENCHMARK(bm_compact<bitmap_mask, false, float, thrust_compactor>)
     ->Name("thrust_scatter/bitmap")
     ->Apply(args);
-BENCHMARK(bm_sync)->Name("sync/nccl1")->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_sync<>)->Name("sync/nccl1")->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_sync<ternary_codec, error_feedback>)
+    ->Name("sync_ternary_ef/nccl1")
+    ->Arg(10)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   if (detail::cuda_device_count() == 0) {

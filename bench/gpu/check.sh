@@ -218,6 +218,10 @@ if b and "outside_allreduce_us" in b:
     v = b["outside_allreduce_us"]
     print(f"target sync 100 MB at 90% sparsity: {v:.1f} us outside the allreduce (want < 200): "
           + ("MET" if v < 200 else "NOT MET"))
+b = row("sync_ternary_ef/nccl1/10")
+if b and "outside_allreduce_us" in b:
+    print(f"sync 100 MB at 90% sparsity, ternary with error feedback: "
+          f"{b['outside_allreduce_us']:.1f} us outside the allreduce of its wire words")
 PY
     )
   fi

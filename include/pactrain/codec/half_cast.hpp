@@ -58,4 +58,12 @@ struct codec_traits<cast_codec<Wire>> {
 
 static_assert(bucket_codec<fp16_codec> && bucket_codec<bf16_codec>);
 
+namespace detail {
+/// True for the 16-bit cast codecs (fp16_codec, bf16_codec).
+template <class Codec>
+inline constexpr bool is_cast_codec_v = false;
+template <half_value Wire>
+inline constexpr bool is_cast_codec_v<cast_codec<Wire>> = true;
+}  // namespace detail
+
 }  // namespace pactrain

@@ -10,6 +10,7 @@
 #include <pactrain/codec/half_cast.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/cuda/detail/device_buckets.hpp>
+#include <pactrain/cuda/detail/device_collectives.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
 #include <pactrain/cuda/detail/device_grads.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
@@ -30,20 +31,6 @@
 #include <vector>
 
 namespace pactrain {
-
-namespace detail {
-template <class Codec>
-inline constexpr bool is_cast_codec_v = false;
-template <half_value Wire>
-inline constexpr bool is_cast_codec_v<cast_codec<Wire>> = true;
-
-/// Comm reduces Exec's device buffers of T in stream order: after
-/// allreduce_async(span, op, stream) returns, work queued later on the stream sees the result.
-template <class Comm, class Exec, class T>
-concept stream_ordered_for = requires(Comm& c, std::span<T> d, typename Exec::stream_type s) {
-  c.allreduce_async(d, reduce_op::sum, Exec::native(s));
-};
-}  // namespace detail
 
 /// The sync engine over device gradient buffers (see <pactrain/cuda/sync.cuh>), with the host
 /// engine's collective, cross-checked configuration calls. Steps on different streams run in
@@ -148,7 +135,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       gather_one(b);
       if constexpr (is_ternary) {
         if (scaled(b)) {
-          scale_round(ternary_.own(b));
+          collectives_.max(this->comm_, ternary_.own(b), stream_, step_stats_);
           encode_one(b);
         }
       }
@@ -203,9 +190,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
-  struct no_requests {};
-  using requests_t =
-      std::conditional_t<stream_ordered, no_requests, std::vector<typename Comm::request_type>>;
+  using collectives_t = detail::device_collectives<Comm, Exec, stream_ordered>;
   struct no_ternary {};
   using ternary_state = std::conditional_t<is_ternary, detail::device_ternary<Exec>, no_ternary>;
   struct workspace_buffers {
@@ -214,7 +199,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     ternary_state ternary;
     detail::bucket_table<Exec> buckets;  // one gather and one scatter launch per bucket
     std::vector<char> submitted;         // per bucket, in the open step
-    requests_t requests;                 // host communicators: one per bucket
+    collectives_t collectives;
   };
   // May throw: runs before the agreement, so a failure reaches every rank. The last step may
   // still use the old plans and payload: let it finish, and let the new plans be built,
@@ -234,7 +219,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       n.ternary = detail::device_ternary<Exec>(exec(), this->codec_, w, this->feedback, home_);
     }
     n.submitted.assign(buckets, 0);
-    if constexpr (!stream_ordered) n.requests.resize(buckets);
+    n.collectives = collectives_t(buckets);
     exec().synchronize(home_);  // the buffers exist for every stream
     return n;
   }
@@ -244,7 +229,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     ternary_ = std::move(n.ternary);
     buckets_ = std::move(n.buckets);
     submitted_ = std::move(n.submitted);
-    if constexpr (!stream_ordered) requests_ = std::move(n.requests);
+    collectives_ = std::move(n.collectives);
   }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }
@@ -313,7 +298,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
         if (!ternary_.round().empty()) {
           detail::phase_timer t(step_stats_.allreduce_seconds);
-          scale_round(ternary_.round());
+          collectives_.max(this->comm_, ternary_.round(), stream_, step_stats_);
         }
         detail::phase_timer t(step_stats_.gather_seconds);
         for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -356,7 +341,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     if (plain) return;
     if constexpr (is_ternary) {
       if (scaled(b)) {
-        ternary_.local_scales(exec(), codec_input(b), codec_input_size(b), slots(b), stream_);
+        ternary_.local_scales(exec(), codec_input(b), codec_input_size(b), ternary_.slots(b),
+                              stream_);
       }
     } else if (!sparse && bk.size != 0) {
       exec().for_each(
@@ -368,56 +354,25 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   // Bucket b's collective: queued on the step's stream (stream-ordered communicators), or
   // started and left in flight until reduce_rest waits (host communicators).
   void reduce_one(std::size_t b) {
-    const auto send = [&](auto region) {
-      if (region.empty()) return;  // nothing kept: the same on every rank
-      if constexpr (stream_ordered) {
-        (void)this->comm_.allreduce_async(region, reduce_op::sum, Exec::native(stream_));
-      } else {
-        requests_[pending_++] = this->comm_.allreduce_async(region, reduce_op::sum);
-      }
-      ++step_stats_.collectives;
-      step_stats_.bytes_sent += region.size_bytes();
-    };
     const auto& bk = this->layout_.buckets()[b];
+    auto& c = this->comm_;
     if (!this->plain(b)) {
-      send(bucket_wire(b));
+      collectives_.sum(c, bucket_wire(b), stream_, step_stats_);
     } else if (is_sparse(this->strategies_[b])) {
-      send(bucket_payload(b));
+      collectives_.sum(c, bucket_payload(b), stream_, step_stats_);
     } else {
-      send(std::span<value_type>(io_.region(b), bk.size));
+      collectives_.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_, step_stats_);
     }
   }
 
   // The collectives of every bucket not yet submitted, launched together where the
   // communicator can group them; then, for host communicators, waits for all of them.
   void reduce_rest() {
-    constexpr bool groups = requires(Comm & c) {
-      c.group_start();
-      c.group_end();
-    };
-    auto& comm = this->comm_;
-    if constexpr (groups) comm.group_start();
-    try {
+    collectives_.group(this->comm_, [&] {
       for (std::size_t b = 0; b < submitted_.size(); ++b) {
         if (submitted_[b] == 0) reduce_one(b);
       }
-      if constexpr (!stream_ordered) wait_pending();
-    } catch (...) {
-      if constexpr (!stream_ordered) {
-        try {
-          wait_pending();  // the buffers must not change under a collective in flight
-        } catch (...) {    // the first error is the one to report
-        }
-      }
-      if constexpr (groups) {
-        try {
-          comm.group_end();
-        } catch (...) {  // the first error is the one to report
-        }
-      }
-      throw;
-    }
-    if constexpr (groups) comm.group_end();
+    });
   }
 
   // Bucket b's mean, +0 at pruned entries. A coded dense bucket is decoded in place (pruned
@@ -464,22 +419,9 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     return is_sparse(this->strategies_[b]) ? bucket_payload(b).data() : io_.region(b);
   }
   std::size_t codec_input_size(std::size_t b) const { return ws().codec_input_of(b); }
-  std::span<std::uint64_t> slots(std::size_t b) {
-    return {const_cast<std::uint64_t*>(ternary_.slot(b)), ternary_.count(b)};
-  }
   codec_context context(std::size_t b) const noexcept {
     return {
         .rank = this->comm_.rank(), .size = this->comm_.size(), .step = this->step_, .bucket = b};
-  }
-  // One MAX round over scale words, in stream order (or completed, host communicators).
-  void scale_round(std::span<std::uint64_t> words) {
-    if constexpr (stream_ordered) {
-      (void)this->comm_.allreduce_async(words, reduce_op::max, Exec::native(stream_));
-    } else {
-      this->comm_.allreduce(words, reduce_op::max);
-    }
-    ++step_stats_.collectives;
-    step_stats_.bytes_sent += words.size_bytes();
   }
   void encode_one(std::size_t b) {
     ternary_.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
@@ -509,24 +451,6 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     buckets_.scatter(exec(), b, bucket_payload(b).data(), region, {}, scale, stream_);
   }
 
-  // Completes the collectives in flight, in issue order; each is waited for once even when
-  // one throws.
-  void wait_pending() {
-    const std::size_t n = std::exchange(pending_, 0);
-    std::size_t k = 0;
-    try {
-      for (; k < n; ++k) requests_[k].wait();
-    } catch (...) {
-      for (++k; k < n; ++k) {
-        try {
-          requests_[k].wait();
-        } catch (...) {  // the first error is the one to report
-        }
-      }
-      throw;
-    }
-  }
-
   stream_type home_{};                         // plans and payload are allocated and freed here
   detail::device_grads<value_type, Exec> io_;  // the gradients of the open step
   typename Exec::event step_done_;             // the end of the last step
@@ -540,8 +464,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   stream_type stream_{};
   sync_stats step_stats_;
   detail::sync_clock::time_point start_{};
-  requests_t requests_{};  // host communicators: the collectives in flight, pending_ of them
-  std::size_t pending_ = 0;
+  collectives_t collectives_;
 };
 
 }  // namespace pactrain

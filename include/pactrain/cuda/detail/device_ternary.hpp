@@ -222,6 +222,9 @@ class device_ternary {
   /// finish_step's round: every word in_round gave out.
   [[nodiscard]] std::span<std::uint64_t> round() noexcept { return {round_.data(), round_used_}; }
   [[nodiscard]] const std::uint64_t* slot(std::size_t b) const noexcept { return slot_[b]; }
+  [[nodiscard]] std::span<std::uint64_t> slots(std::size_t b) noexcept {
+    return {slot_[b], count(b)};
+  }
 
   /// slot[k] = max |in| over block k of the n entries.
   void local_scales(const Exec& exec, const float* in, std::size_t n, std::span<std::uint64_t> slot,
