@@ -129,8 +129,9 @@ class host_compactor {
     /// automatic format: indices when fewer than one entry in this many is kept.
     std::size_t sparse_ratio = 32;
     /// scatter writes a bitmap plan's output of at least this many bytes with non-temporal
-    /// stores (AVX2, 16-byte aligned output). They bypass the caches: faster for outputs
-    /// larger than the caches, slower for a small output read again soon. SIZE_MAX: never.
+    /// stores (AVX2: 16-byte aligned output; AVX-512: 64-byte). They bypass the caches:
+    /// faster for outputs larger than the caches, slower for a small output read again soon.
+    /// SIZE_MAX: never.
     std::size_t stream_min_bytes = std::size_t{4} << 20;
   };
 
@@ -319,13 +320,17 @@ class host_compactor {
     return plan_format::bitmap;
   }
 
-  // The AVX2 scatter streams (non-temporal stores) a large enough, 16-byte aligned output.
+  // The AVX2 and AVX-512 scatters stream (non-temporal stores) a large enough output aligned
+  // to their vector stores (16 and 64 bytes).
   [[nodiscard]] bool streams_bytes(std::size_t bytes) const noexcept {
-    return opt_.isa == host_isa::avx2 && bytes >= opt_.stream_min_bytes;
+    return (opt_.isa == host_isa::avx2 || opt_.isa == host_isa::avx512) &&
+           bytes >= opt_.stream_min_bytes;
   }
   template <class T>
   [[nodiscard]] bool streams(const plan_type& plan, const T* out) const noexcept {
-    return streams_bytes(plan.size_ * sizeof(T)) && reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+    const std::size_t align = opt_.isa == host_isa::avx512 ? 64 : 16;
+    return streams_bytes(plan.size_ * sizeof(T)) &&
+           reinterpret_cast<std::uintptr_t>(out) % align == 0;
   }
 
   // Scatter over plan.words_ (a bitmap plan, or an indices plan that kept its words).
@@ -336,7 +341,8 @@ class host_compactor {
     switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
       case host_isa::avx512:
-        k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_);
+        k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_,
+                                         streams(plan, out));
         break;
       case host_isa::avx2:
         k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,

@@ -144,11 +144,12 @@ struct ternary_decode_op {
   }
 };
 
-/// Flips the residual selector when every scale word of the step is finite (one item).
+/// Flips the residual selector when every bucket's verdict of the step is finite. One item:
+/// the words are one per bucket (its scale, or with scale blocks its largest one).
 struct commit_residuals_op {
-  const std::uint64_t* words;  // the submitted buckets' (zero elsewhere)
+  const std::uint64_t* words;  // per bucket (zero where it has no scale this step)
   std::size_t word_count;
-  const std::uint64_t* round;  // finish_step's round
+  const std::uint64_t* round;  // finish_step's round (one scale per bucket), or none
   std::size_t round_count;
   int* select;
 
@@ -281,9 +282,11 @@ class device_ternary {
   /// Error feedback: keeps the step's new residuals if all its scales were finite.
   void end_step(const Exec& exec, stream_type s) {
     if (residual_[0].empty()) return;
+    const bool blocks = block_ != 0;
     exec.for_each(1,
-                  commit_residuals_op{words_.data(), words_.size(), round_.data(), round_used_,
-                                      select_.data()},
+                  commit_residuals_op{blocks ? largest_.data() : words_.data(),
+                                      blocks ? largest_.size() : words_.size(), round_.data(),
+                                      blocks ? 0 : round_used_, select_.data()},
                   s);
   }
 
