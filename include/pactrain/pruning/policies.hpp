@@ -102,6 +102,21 @@ std::vector<std::uint64_t> top_words(std::size_t n, std::size_t keep, Score&& sc
   return words;
 }
 
+/// Bits [first, first + n) of `words` as words of their own (bit 0 is bit `first`).
+inline std::vector<std::uint64_t> bit_range(std::span<const std::uint64_t> words, std::size_t first,
+                                            std::size_t n) {
+  std::vector<std::uint64_t> out(words_for(n), 0);
+  const std::size_t w0 = first / 64;
+  const unsigned shift = static_cast<unsigned>(first % 64);
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    std::uint64_t v = words[w0 + k] >> shift;
+    if (shift != 0 && w0 + k + 1 < words.size()) v |= words[w0 + k + 1] << (64 - shift);
+    out[k] = v;
+  }
+  if (n % 64 != 0) out.back() &= (std::uint64_t{1} << (n % 64)) - 1;
+  return out;
+}
+
 template <class T>
 void check_finite(std::span<const T> w, const tensor_info& t) {
   for (std::size_t i = 0; i < w.size(); ++i) {
@@ -176,22 +191,24 @@ struct magnitude_pruning {
                                }));
           });
     }
-    // Global: rank every prunable entry by (|w|, flat index); one threshold for all.
-    std::vector<std::size_t> flat;  // flat indices of prunable entries, increasing
-    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    // Global: rank every prunable entry by (|w|, flat index); one threshold for all. Their
+    // magnitudes lie in one array in flat order, so position order is flat-index order, and
+    // each tensor's mask is a run of the kept bits.
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) total += prunable[i] ? l.tensor(i).size : 0;
+    std::vector<T> mag(total);
+    for (std::size_t i = 0, at = 0; i < l.tensor_count(); ++i) {
       if (!prunable[i]) continue;
-      for (std::size_t j = 0; j < l.tensor(i).size; ++j) flat.push_back(l.tensor(i).offset + j);
+      const T* x = w.data() + l.tensor(i).offset;
+      for (std::size_t j = 0; j < l.tensor(i).size; ++j) mag[at + j] = std::abs(x[j]);
+      at += l.tensor(i).size;
     }
-    const std::size_t keep = flat.size() - pruned_count(flat.size(), sparsity);
-    const auto kept =
-        detail::top_words(flat.size(), keep, [&](std::size_t k) { return std::abs(w[flat[k]]); });
-    std::size_t base = 0;  // the tensor's first position in `flat`
+    const std::size_t keep = total - pruned_count(total, sparsity);
+    const auto kept = detail::top_words(total, keep, [&](std::size_t k) { return mag[k]; });
+    std::size_t base = 0;  // the tensor's first position among the prunable entries
     return detail::masks_per_tensor<bitmap_mask>(
         l, w, prunable, [&](const tensor_info& t, const T*) {
-          auto m = bitmap_mask::from_predicate(t.size, [&](std::size_t j) {
-            const std::size_t q = base + j;
-            return ((kept[q / 64] >> (q % 64)) & 1U) != 0;
-          });
+          bitmap_mask m(t.size, detail::bit_range(kept, base, t.size));
           base += t.size;
           return m;
         });

@@ -98,6 +98,38 @@ TEST_CASE("magnitude global: one threshold across tensors") {
   CHECK(masks[1].count() == 30);
 }
 
+TEST_CASE("magnitude global equals ranking every prunable entry together") {
+  // Tensors at offsets and of sizes that are no multiple of 64, a tensor that is not
+  // prunable between prunable ones, ties everywhere, and more than 4096 entries (the radix
+  // selection).
+  param_layout l;
+  l.add("a", 50, 101).add("bias", 7).add("b", 130).add("c", 64 * 70 + 3).add("empty", 0);
+  const std::vector<bool> prunable{true, false, true, true, true};
+  const auto w = tied_weights(l.total_size(), 11);
+  std::vector<float> together;  // the prunable entries in flat order
+  for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+    if (!prunable[i]) continue;
+    const auto& t = l.tensor(i);
+    together.insert(together.end(), w.begin() + t.offset, w.begin() + t.offset + t.size);
+  }
+  for (double s : {0.0, 0.37, 0.9, 1.0}) {
+    CAPTURE(s);
+    const auto masks =
+        magnitude_pruning{pruning_scope::global}.compute(l, std::span<const float>(w), s, prunable);
+    const auto ref = reference_keep(together, together.size() - pruned_count(together.size(), s));
+    std::vector<bool> got;
+    for (std::size_t i = 0; i < l.tensor_count(); ++i) {
+      if (!prunable[i]) {
+        CHECK(masks[i].count() == l.tensor(i).size);
+        continue;
+      }
+      const auto b = bits(masks[i]);
+      got.insert(got.end(), b.begin(), b.end());
+    }
+    CHECK(got == ref);
+  }
+}
+
 TEST_CASE("N:M keeps N of every M along rows") {
   param_layout l;
   l.add("w", 6, 11).add("v", 13);  // rows of 11: groups 4, 4, 3
