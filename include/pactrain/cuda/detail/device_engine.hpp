@@ -9,12 +9,12 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/codec/half_cast.hpp>
 #include <pactrain/communicator.hpp>
-#include <pactrain/cuda/detail/device_buckets.hpp>
 #include <pactrain/cuda/detail/device_collectives.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
 #include <pactrain/cuda/detail/device_grads.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
 #include <pactrain/cuda/detail/device_ternary.hpp>
+#include <pactrain/cuda/detail/device_workspace.hpp>
 #include <pactrain/detail/sync/core.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -126,21 +126,21 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   void submit_bucket(std::size_t b) {
     check_open("submit_bucket");
     this->check_bucket(b, "submit_bucket");
-    PACTRAIN_EXPECTS(submitted_[b] == 0, "sync::submit_bucket: bucket " + std::to_string(b) +
-                                             " was already submitted in this step");
+    PACTRAIN_EXPECTS(bufs_.submitted[b] == 0, "sync::submit_bucket: bucket " + std::to_string(b) +
+                                                  " was already submitted in this step");
     closing_on_error([&] {
       if constexpr (is_ternary) {
-        if (scaled(b)) ternary_.own(b);
+        if (scaled(b)) bufs_.ternary.own(b);
       }
       gather_one(b);
       if constexpr (is_ternary) {
         if (scaled(b)) {
-          collectives_.max(this->comm_, ternary_.own(b), stream_, step_stats_);
+          bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, step_stats_);
           encode_one(b);
         }
       }
       reduce_one(b);
-      submitted_[b] = 1;
+      bufs_.submitted[b] = 1;
     });
   }
   /// Collective: submits, in layout order, every bucket not yet submitted (grouped where the
@@ -173,8 +173,6 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
  private:
   using core::is_identity;
-  template <class T>
-  using buffer = typename Exec::template buffer<T>;
 
   const Exec& exec() const noexcept { return this->compactor_.exec(); }
 
@@ -190,17 +188,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
   plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
-  using collectives_t = detail::device_collectives<Comm, Exec, stream_ordered>;
-  struct no_ternary {};
-  using ternary_state = std::conditional_t<is_ternary, detail::device_ternary<Exec>, no_ternary>;
-  struct workspace_buffers {
-    buffer<value_type> payload;
-    buffer<wire_type> wire;
-    ternary_state ternary;
-    detail::bucket_table<Exec> buckets;  // one gather and one scatter launch per bucket
-    std::vector<char> submitted;         // per bucket, in the open step
-    collectives_t collectives;
-  };
+  using workspace_buffers = detail::device_workspace<Codec, Comm, Exec, stream_ordered>;
   // May throw: runs before the agreement, so a failure reaches every rank. The last step may
   // still use the old plans and payload: let it finish, and let the new plans be built,
   // before the swap.
@@ -208,39 +196,16 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
                                        std::span<const plan_type> plans) {
     step_done_.wait();
     exec().synchronize(home_);
-    const std::size_t buckets = this->layout_.buckets().size();
-    workspace_buffers n{buffer<value_type>(w.payload_size(), home_),
-                        buffer<wire_type>(is_identity ? 0 : w.wire_size(), home_),
-                        {},
-                        detail::bucket_table<Exec>(exec(), this->layout_, w, plans, home_),
-                        {},
-                        {}};
-    if constexpr (is_ternary) {
-      n.ternary = detail::device_ternary<Exec>(exec(), this->codec_, w, this->feedback, home_);
-    }
-    n.submitted.assign(buckets, 0);
-    n.collectives = collectives_t(buckets);
+    auto n = workspace_buffers::allocate(exec(), this->codec_, this->feedback, this->layout_, w,
+                                         plans, home_);
     exec().synchronize(home_);  // the buffers exist for every stream
     return n;
   }
-  void install_workspace(workspace_buffers&& n) noexcept {
-    payload_ = std::move(n.payload);
-    wire_ = std::move(n.wire);
-    ternary_ = std::move(n.ternary);
-    buckets_ = std::move(n.buckets);
-    submitted_ = std::move(n.submitted);
-    collectives_ = std::move(n.collectives);
-  }
+  void install_workspace(workspace_buffers&& n) noexcept { bufs_ = std::move(n); }
 
   const detail::workspace_layout& ws() const noexcept { return this->workspace_; }
-  std::span<value_type> bucket_payload(std::size_t b) {
-    return {payload_.data() + ws().bucket_payload[b], ws().payload_of(b)};
-  }
-
-  // Codecs: the wire elements of bucket b.
-  std::span<wire_type> bucket_wire(std::size_t b) {
-    return {wire_.data() + ws().wire[b], ws().wire_of(b)};
-  }
+  std::span<value_type> bucket_payload(std::size_t b) { return bufs_.bucket_payload(ws(), b); }
+  std::span<wire_type> bucket_wire(std::size_t b) { return bufs_.bucket_wire(ws(), b); }
 
   // --- the step ---
 
@@ -264,9 +229,9 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     // blocking the host.
     step_done_.order(Exec::native(stream));
     io_.begin(exec(), this->layout_, this->strategies_, stream, home_, step_done_);
-    if constexpr (is_ternary) ternary_.begin_step(exec(), stream);
+    if constexpr (is_ternary) bufs_.ternary.begin_step(exec(), stream);
     stream_ = stream;
-    std::fill(submitted_.begin(), submitted_.end(), char{0});
+    std::fill(bufs_.submitted.begin(), bufs_.submitted.end(), char{0});
     open_ = true;
   }
 
@@ -288,21 +253,21 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       {
         detail::phase_timer t(step_stats_.gather_seconds);
         for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (submitted_[b] != 0) continue;
+          if (bufs_.submitted[b] != 0) continue;
           if constexpr (is_ternary) {
-            if (scaled(b)) ternary_.in_round(b);
+            if (scaled(b)) bufs_.ternary.in_round(b);
           }
           gather_one(b);
         }
       }
       if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
-        if (!ternary_.round().empty()) {
+        if (!bufs_.ternary.round().empty()) {
           detail::phase_timer t(step_stats_.allreduce_seconds);
-          collectives_.max(this->comm_, ternary_.round(), stream_, step_stats_);
+          bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, step_stats_);
         }
         detail::phase_timer t(step_stats_.gather_seconds);
         for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (submitted_[b] == 0 && scaled(b)) encode_one(b);
+          if (bufs_.submitted[b] == 0 && scaled(b)) encode_one(b);
         }
       }
       {
@@ -313,7 +278,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
         detail::phase_timer t(step_stats_.scatter_seconds);
         const value_type scale = value_type(1) / static_cast<value_type>(this->comm_.size());
         for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, scale);
-        if constexpr (is_ternary) ternary_.end_step(exec(), stream_);
+        if constexpr (is_ternary) bufs_.ternary.end_step(exec(), stream_);
       }
       step_done_.record(Exec::native(stream_));
     });
@@ -330,9 +295,9 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const bool sparse = is_sparse(this->strategies_[b]);
     if (sparse) {
       if (plain || is_ternary) {
-        buckets_.gather(exec(), b, io_.tensors(), bucket_payload(b).data(), stream_);
+        bufs_.buckets.gather(exec(), b, io_.tensors(), bucket_payload(b).data(), stream_);
       } else {
-        buckets_.gather(exec(), b, io_.tensors(), bucket_wire(b).data(), stream_);
+        bufs_.buckets.gather(exec(), b, io_.tensors(), bucket_wire(b).data(), stream_);
       }
     } else {
       io_.stage_in(exec(), this->layout_, b, stream_);
@@ -341,8 +306,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     if (plain) return;
     if constexpr (is_ternary) {
       if (scaled(b)) {
-        ternary_.local_scales(exec(), codec_input(b), codec_input_size(b), ternary_.slots(b),
-                              stream_);
+        bufs_.ternary.local_scales(exec(), codec_input(b), codec_input_size(b),
+                                   bufs_.ternary.slots(b), stream_);
       }
     } else if (!sparse && bk.size != 0) {
       exec().for_each(
@@ -357,20 +322,20 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     const auto& bk = this->layout_.buckets()[b];
     auto& c = this->comm_;
     if (!this->plain(b)) {
-      collectives_.sum(c, bucket_wire(b), stream_, step_stats_);
+      bufs_.collectives.sum(c, bucket_wire(b), stream_, step_stats_);
     } else if (is_sparse(this->strategies_[b])) {
-      collectives_.sum(c, bucket_payload(b), stream_, step_stats_);
+      bufs_.collectives.sum(c, bucket_payload(b), stream_, step_stats_);
     } else {
-      collectives_.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_, step_stats_);
+      bufs_.collectives.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_, step_stats_);
     }
   }
 
   // The collectives of every bucket not yet submitted, launched together where the
   // communicator can group them; then, for host communicators, waits for all of them.
   void reduce_rest() {
-    collectives_.group(this->comm_, [&] {
-      for (std::size_t b = 0; b < submitted_.size(); ++b) {
-        if (submitted_[b] == 0) reduce_one(b);
+    bufs_.collectives.group(this->comm_, [&] {
+      for (std::size_t b = 0; b < bufs_.submitted.size(); ++b) {
+        if (bufs_.submitted[b] == 0) reduce_one(b);
       }
     });
   }
@@ -385,12 +350,13 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       const auto dst = io_.tensors();
       const auto host = io_.host_tensors();
       if (plain) {
-        buckets_.scatter(exec(), b, bucket_payload(b).data(), dst, host, scale, stream_);
+        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, scale, stream_);
       } else if constexpr (is_ternary) {  // decoded to the mean in the payload
         decode_ternary(b);
-        buckets_.scatter(exec(), b, bucket_payload(b).data(), dst, host, value_type(1), stream_);
+        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, value_type(1),
+                              stream_);
       } else {
-        buckets_.scatter(exec(), b, bucket_wire(b).data(), dst, host, scale, stream_);
+        bufs_.buckets.scatter(exec(), b, bucket_wire(b).data(), dst, host, scale, stream_);
       }
       return;
     }
@@ -424,14 +390,15 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
         .rank = this->comm_.rank(), .size = this->comm_.size(), .step = this->step_, .bucket = b};
   }
   void encode_one(std::size_t b) {
-    ternary_.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
-                    ws().codec_input[b], ternary_.slot(b), bucket_wire(b).data(), stream_);
+    bufs_.ternary.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
+                         ws().codec_input[b], bufs_.ternary.slot(b), bucket_wire(b).data(),
+                         stream_);
   }
   // The mean into the codec input's place (NaN where a scale is not finite).
   void decode_ternary(std::size_t b) {
     if (!scaled(b)) return;
-    ternary_.decode(exec(), this->codec_, this->comm_.size(), b, bucket_wire(b).data(),
-                    codec_input(b), codec_input_size(b), ternary_.slot(b), stream_);
+    bufs_.ternary.decode(exec(), this->codec_, this->comm_.size(), b, bucket_wire(b).data(),
+                         codec_input(b), codec_input_size(b), bufs_.ternary.slot(b), stream_);
   }
 
   // A reduced dense bucket's region in place: times scale at kept entries, +0 elsewhere. A
@@ -447,24 +414,19 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       return;
     }
     const auto region = io_.region_source(this->layout_, b);
-    buckets_.gather(exec(), b, region, bucket_payload(b).data(), stream_);
-    buckets_.scatter(exec(), b, bucket_payload(b).data(), region, {}, scale, stream_);
+    bufs_.buckets.gather(exec(), b, region, bucket_payload(b).data(), stream_);
+    bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), region, {}, scale, stream_);
   }
 
   stream_type home_{};                         // plans and payload are allocated and freed here
   detail::device_grads<value_type, Exec> io_;  // the gradients of the open step
   typename Exec::event step_done_;             // the end of the last step
-  buffer<value_type> payload_;
-  buffer<wire_type> wire_;  // codecs only
-  ternary_state ternary_;
-  detail::bucket_table<Exec> buckets_;
-  std::vector<char> submitted_;  // per bucket, in the open step
+  workspace_buffers bufs_;                     // of the last commit
   // The open step.
   bool open_ = false;
   stream_type stream_{};
   sync_stats step_stats_;
   detail::sync_clock::time_point start_{};
-  collectives_t collectives_;
 };
 
 }  // namespace pactrain
