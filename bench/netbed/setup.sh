@@ -3,7 +3,7 @@
 # pair to one Linux bridge, each host's link shaped to RATE in both directions with tc tbf.
 # Tears down whatever an earlier run left first, so it can be run again at any time.
 #
-#   bench/netbed/setup.sh N RATE      # RATE: 500mbit | 1gbit | 2gbit | none (unshaped)
+#   bench/netbed/setup.sh N RATE      # RATE: 100mbit | 500mbit | 1gbit | 2gbit | none (unshaped)
 #   bench/netbed/launch.sh ...        # run MPI ranks on the hosts
 #   bench/netbed/teardown.sh
 #
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=common.sh
 source "$here/common.sh"
 
-usage() { echo "usage: setup.sh N RATE   (N in 1..64, RATE in 500mbit|1gbit|2gbit|none)" >&2; exit 2; }
+usage() { echo "usage: setup.sh N RATE   (N in 1..64, RATE in 100mbit|500mbit|1gbit|2gbit|none)" >&2; exit 2; }
 [[ $# -eq 2 ]] || usage
 n=$1 rate=$2
 if ! [[ "$n" =~ ^[0-9]+$ ]] || (( n < 1 || n > 64 )); then
@@ -21,6 +21,7 @@ if ! [[ "$n" =~ ^[0-9]+$ ]] || (( n < 1 || n > 64 )); then
   usage
 fi
 case "$rate" in
+  100mbit) bits=100000000 ;;
   500mbit) bits=500000000 ;;
   1gbit) bits=1000000000 ;;
   2gbit) bits=2000000000 ;;

@@ -10,7 +10,7 @@ class dense_strategy final : public strategy {
   dense_strategy(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n) {
     MPI_Comm_size(comm_, &ranks_);
   }
-  double sync(gradient& g) override {
+  double sync(std::span<float> g) override {
     for (std::size_t at = 0; at < g.size(); at += chunk) {
       const int c = static_cast<int>(std::min(chunk, g.size() - at));
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, g.data() + at, c, MPI_FLOAT, MPI_SUM, comm_),

@@ -53,7 +53,7 @@ class engine_strategy final : public strategy {
   }
   /// Planned: the planner's predicted seconds per sync (the same on every rank).
   [[nodiscard]] double predicted_seconds() const override { return predicted_; }
-  double sync(gradient& g) override {
+  double sync(std::span<float> g) override {
     sync_.allreduce(std::span<float>(g));
     return sync_.stats().gather_seconds + sync_.stats().scatter_seconds;
   }

@@ -144,7 +144,7 @@ class fp16_strategy final : public strategy {
   fp16_strategy(const fp16_strategy&) = delete;
   fp16_strategy& operator=(const fp16_strategy&) = delete;
 
-  double sync(gradient& g) override {
+  double sync(std::span<float> g) override {
     auto t0 = clock_type::now();
     to_half(g.data(), wire_.data(), n_, 1.0f / static_cast<float>(ranks_));
     double local = seconds_since(t0);

@@ -119,7 +119,7 @@ inline void check_mpi(int rc, const char* what) {
 class strategy {
  public:
   virtual ~strategy() = default;
-  virtual double sync(gradient& g) = 0;
+  virtual double sync(std::span<float> g) = 0;
   [[nodiscard]] virtual std::size_t bytes_sent() const = 0;
   /// The expected result of the first sync, from every rank's gradient.
   virtual std::vector<float> reference(const options& o, int ranks) = 0;

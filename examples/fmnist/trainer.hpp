@@ -19,6 +19,7 @@
 
 #include "common/lr_schedule.hpp"
 #include "common/run_report.hpp"
+#include "fmnist/exchange.hpp"
 #include "fmnist/idx.hpp"
 #include "fmnist/mlp.hpp"
 
@@ -38,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace pactrain::fmnist {
@@ -86,6 +88,10 @@ struct train_config {
   // submit_bucket, finish_step), so its allreduce overlaps the earlier layers' backward;
   // false: one sync.allreduce after backward. Both give the same bits.
   bool overlap = true;
+  // Pruned runs: once the masks are final, calibrate the cost model on this run's link and
+  // buckets and let pactrain::strategy_tuner time the planner's candidate strategies on the
+  // next training steps, keeping the fastest (with ternary: plain and coded buckets compete).
+  bool tune = false;
 };
 
 /// The records of an epoch and of a run, shared with the LibTorch example.
@@ -156,13 +162,45 @@ inline double evaluate(mlp& model, const std::vector<float>& x, const std::vecto
   return static_cast<double>(correct) / static_cast<double>(test_count);
 }
 
+/// A gradient_exchange in the place of a sync engine in the training loop: the model's layout,
+/// every entry kept, one exchange per step (no overlap, no pruning).
+class exchange_engine {
+ public:
+  exchange_engine(gradient_exchange& x, const param_layout& layout, std::span<const float> params)
+      : x_(x), layout_(layout), params_(params) {
+    for (const auto& t : layout_.tensors()) masks_.push_back(bitmap_mask::full(t.size));
+    stats_.dense_bytes = layout_.total_size() * sizeof(float);
+  }
+  void allreduce(std::span<float> grads) {
+    x_.exchange(grads, params_);
+    stats_.bytes_sent = x_.bytes_sent();
+  }
+  // The three-phase step: the exchange runs whole at finish_step.
+  void begin_step(std::span<float> grads) { grads_ = grads; }
+  void submit_bucket(std::size_t) {}
+  void finish_step() { allreduce(grads_); }
+  [[nodiscard]] const param_layout& layout() const noexcept { return layout_; }
+  [[nodiscard]] const std::vector<bitmap_mask>& masks() const noexcept { return masks_; }
+  [[nodiscard]] const sync_stats& stats() const noexcept { return stats_; }
+
+ private:
+  gradient_exchange& x_;
+  const param_layout& layout_;
+  std::span<const float> params_;
+  std::span<float> grads_;
+  std::vector<bitmap_mask> masks_;
+  sync_stats stats_;
+};
+
 }  // namespace detail
 
 /// Trains one run on `comm` (collective: every rank calls it with the same config and data).
-/// `on_epoch` runs on every rank after each epoch's evaluation.
+/// `on_epoch` runs on every rank after each epoch's evaluation. With `exchange`, the gradients
+/// go through it instead of a sync engine (a dense run: cfg.sparsity must be 0).
 inline train_result train(const train_config& cfg, const dataset& train_set,
                           const dataset& test_set, MPI_Comm comm,
-                          const std::function<void(const epoch_record&)>& on_epoch = {}) {
+                          const std::function<void(const epoch_record&)>& on_epoch = {},
+                          gradient_exchange* exchange = nullptr) {
   const auto run_start = std::chrono::steady_clock::now();
   int rank = 0;
   int ranks = 1;
@@ -178,6 +216,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
   PACTRAIN_EXPECTS(cfg.lr_rewind >= 0.0, "train: lr_rewind must not be negative");
   PACTRAIN_EXPECTS(train_set.features() == test_set.features(),
                    "train: train and test images differ in size");
+  PACTRAIN_EXPECTS(exchange == nullptr || (cfg.sparsity == 0.0 && !cfg.ternary),
+                   "train: a gradient_exchange trains dense (sparsity 0, no ternary codec)");
 
   enable_flush_to_zero();
 
@@ -210,6 +250,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
                                   sparse ? bucket_strategy::sparse : bucket_strategy::dense};
   // The loop below, over whichever sync engine the config asks for.
   auto run = [&](auto& sync) -> train_result {
+    constexpr bool engine =
+        !std::is_same_v<std::remove_cvref_t<decltype(sync)>, detail::exchange_engine>;
     const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
     const std::uint64_t last_update = last_mask_update(cfg, total_steps);
     // The engine's layout: the model's, or with ternary_rows its weights split by rows. The
@@ -218,12 +260,16 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     const std::vector<bool> prunable = matrix_tensors(sync_layout);
     using pruner_t = pruner<magnitude_pruning, gradual_schedule>;
     std::optional<pruner_t> pr;
-    if (sparse) {
+    if (engine && sparse) {
       pr.emplace(magnitude_pruning{cfg.scope}, make_schedule(cfg, total_steps), prunable,
                  mask_source::local);
     }
 
-    sgd_momentum opt(layout.total_size(), cfg.momentum, cfg.weight_decay);
+    const bool plain_sgd = exchange != nullptr && exchange->applies_momentum();
+    sgd_momentum opt(layout.total_size(), plain_sgd ? 0.0f : cfg.momentum,
+                     plain_sgd ? 0.0f : cfg.weight_decay);
+    // cfg.tune: the strategy tuner, made at the last mask update and run until it has chosen.
+    std::optional<strategy_tuner> tuner;
     const std::size_t f = model.inputs();
     std::vector<float> xb(cfg.batch * f);
     std::vector<std::uint8_t> yb(cfg.batch);
@@ -251,6 +297,16 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
           yb[b] = y_train[i];
         }
+        bool tuned_step = false;
+        if constexpr (engine) {
+          if (cfg.tune && sparse && step >= last_update && !tuner) {
+            const auto model =
+                calibrate(sync.get_communicator(), {}, sync.compactor(), sync.codec());
+            tuner.emplace(candidate_strategies(model, ranks, bucket_shapes(sync)));
+          }
+          tuned_step = tuner && tuner->tuning();
+          if (tuned_step) tuner->begin_step(sync);
+        }
         if (cfg.overlap) {
           // Layer k's weights and bias lie from tensor 2k's offset on, and backward finishes
           // the layers last to first: after layer k, every bucket from that offset on is final.
@@ -274,20 +330,26 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           sync.allreduce(model.grads());
           epoch_sync += detail::seconds_since(t0);
         }
+        if constexpr (engine) {
+          if (tuned_step) tuner->end_step(sync);
+        }
 
         opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps, last_update));
         bytes_sent += static_cast<double>(sync.stats().bytes_sent);
 
-        if (pr) {
-          const auto t1 = std::chrono::steady_clock::now();
-          if (pr->step(sync, std::span<const float>(model.params()))) {
-            ++res.mask_updates;
-            // Newly pruned entries start at exactly 0. Between updates they stay there without
-            // help: their averaged gradient is +0, so the momentum stays 0 and so does w.
-            apply_masks(sync_layout, sync.masks(), model.params());
-            apply_masks(sync_layout, sync.masks(), opt.velocity());
+        if constexpr (engine) {
+          if (pr) {
+            const auto t1 = std::chrono::steady_clock::now();
+            if (pr->step(sync, std::span<const float>(model.params()))) {
+              ++res.mask_updates;
+              // Newly pruned entries start at exactly 0. Between updates they stay there
+              // without help: their averaged gradient is +0, so the momentum stays 0 and so
+              // does w.
+              apply_masks(sync_layout, sync.masks(), model.params());
+              apply_masks(sync_layout, sync.masks(), opt.velocity());
+            }
+            epoch_prune += detail::seconds_since(t1);
           }
-          epoch_prune += detail::seconds_since(t1);
         }
       }
       // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
@@ -342,6 +404,10 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     return res;
   };
 
+  if (exchange != nullptr) {
+    detail::exchange_engine x{*exchange, layout, std::span<const float>(model.params())};
+    return run(x);
+  }
   if (cfg.ternary) {
     // One bucket per tensor, and per block of ternary_rows rows of a weight matrix, so that
     // each gets its own ternary scale (the layers' gradients differ by orders of magnitude,

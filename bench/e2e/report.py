@@ -1,0 +1,338 @@
+#!/usr/bin/python3
+"""Turns the end-to-end training benchmark's results into a Markdown report and PNG plots.
+
+Reads one JSON file per point, <trainer>_<link>_np<ranks>_<method>.json, from --results;
+writes the report to --out and the plots (gnuplot, e2e_*.png) to --plots. Standard library
+only; plots are skipped, with a message, where gnuplot is missing. Run from the repository root:
+
+    bench/e2e/report.py --results bench/results/e2e --machine "..."
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+PACTRAIN = ("sparse", "ternary", "auto")
+BASELINES = ("topk", "powersgd4", "powersgdM", "fp16")
+METHODS = ("dense",) + PACTRAIN + BASELINES
+LINKS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "none": "unshaped"}
+COLOURS = {"dense": "black", "sparse": "#d62728", "ternary": "#ff7f0e", "auto": "#8c2d04",
+           "topk": "#1f77b4", "powersgd4": "#2ca02c", "powersgdM": "#17becf", "fp16": "#9467bd"}
+TARGET_DROP = 0.01  # the target accuracy is one point below dense's final accuracy
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load(results):
+    """{(trainer, link, ranks, method): point} and the names of the files that could not be read."""
+    points, bad = {}, []
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        try:
+            with open(path) as f:
+                p = json.load(f)
+            key = (p["trainer"], p["link"], int(p["ranks"]), p["method"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"report.py: skipping {path}: {e}", file=sys.stderr)
+            bad.append(os.path.basename(path))
+            continue
+        points[key] = p
+    return points, bad
+
+
+def link_order(link):
+    return (list(LINKS).index(link), link) if link in LINKS else (len(LINKS), link)
+
+
+def method_order(method):
+    return (METHODS.index(method), method) if method in METHODS else (len(METHODS), method)
+
+
+def missing_points(points):
+    """Names of the points absent from the grid: per trainer, every link and rank count it was
+    run at, times every method seen in any result."""
+    methods = {k[3] for k in points} | {"dense"}
+    out = []
+    for trainer in sorted({k[0] for k in points}):
+        mine = [k for k in points if k[0] == trainer]
+        for link in sorted({k[1] for k in mine}, key=link_order):
+            for ranks in sorted({k[2] for k in mine}):
+                for m in sorted(methods, key=method_order):
+                    if (trainer, link, ranks, m) not in points:
+                        out.append(f"{trainer}_{link}_np{ranks}_{m}")
+    return out
+
+
+# --- computations -------------------------------------------------------------------------------
+
+
+def throughput(p):
+    """Steady samples per second, or None."""
+    s, t = p.get("samples_per_step"), p.get("steady_step_seconds")
+    return s / t if s and t else None
+
+
+def time_to_target(p, target):
+    """Cumulative training wall time at the end of the first epoch reaching the target, or None."""
+    if target is None:
+        return None
+    for h in sorted(p.get("history", []), key=lambda h: h.get("epoch", 0)):
+        acc = h.get("test_accuracy")
+        if acc is not None and acc >= target:
+            return h.get("wall_seconds")
+    return None
+
+
+def target_of(group):
+    dense = group.get("dense")
+    if dense is None or dense.get("final_accuracy") is None:
+        return None
+    return dense["final_accuracy"] - TARGET_DROP
+
+
+def best_of(group, methods, target):
+    """(method, time to target, reached) of the method reaching the target first; where none
+    reaches it, the one with the best final accuracy and reached False. None if none ran."""
+    present = [m for m in methods if m in group]
+    reached = [(time_to_target(group[m], target), m) for m in present]
+    reached = [(t, m) for t, m in reached if t is not None]
+    if reached:
+        t, m = min(reached)
+        return m, t, True
+    if not present:
+        return None
+    m = max(present, key=lambda m: group[m].get("final_accuracy") or 0.0)
+    return m, None, False
+
+
+# --- Markdown -----------------------------------------------------------------------------------
+
+
+def num(v, fmt, none="—"):
+    return none if v is None else format(v, fmt)
+
+
+def group_table(group, target):
+    """The table of one (trainer, link, ranks) group, one row per method."""
+    dense_tp = throughput(group["dense"]) if "dense" in group else None
+    rows = ["| method | steady samples/s | x dense | step ms | bytes/step (final, kB) | "
+            "final acc (%) | time to target (s) | whole run (s) |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for m in sorted(group, key=method_order):
+        p = group[m]
+        tp = throughput(p)
+        ratio = tp / dense_tp if tp and dense_tp else None
+        step = p.get("steady_step_seconds")
+        kb = p.get("final_bytes_per_step")
+        acc = p.get("final_accuracy")
+        rows.append(" | ".join([
+            f"| {m}", num(tp, ".0f"), num(ratio, ".2f") + ("x" if ratio else ""),
+            num(step and step * 1e3, ".1f"), num(kb and kb / 1e3, ".1f"),
+            num(acc and acc * 100, ".1f"),
+            num(time_to_target(p, target), ".1f", "not reached" if target is not None else "—"),
+            num(p.get("total_seconds"), ".1f")]) + " |")
+    return rows
+
+
+def fallback_note(group, method, target):
+    """Why a best method was chosen by final accuracy rather than by time to target."""
+    if target is None:
+        return "no dense point, so no target; best final accuracy"
+    acc = group[method].get("final_accuracy")
+    return f"none reached the target; best final accuracy, {num(acc and acc * 100, '.1f')}%"
+
+
+def summary_row(trainer, ranks, link, group, target):
+    dense_tp = throughput(group["dense"]) if "dense" in group else None
+    pac = best_of(group, PACTRAIN, target)
+    base = best_of(group, BASELINES, target)
+    pac_s = base_s = "—"
+    if pac:
+        tp = throughput(group[pac[0]])
+        pac_s = f"{pac[0]}, " + (f"{tp / dense_tp:.2f}x dense" if tp and dense_tp else "—")
+        if not pac[2]:
+            pac_s += f" ({fallback_note(group, pac[0], target)})"
+    if base:
+        base_s = (f"{base[0]}, {base[1]:.1f} s" if base[2] else
+                  f"{base[0]}, not reached ({fallback_note(group, base[0], target)})")
+    ratio = f"{base[1] / pac[1]:.2f}x" if pac and base and pac[1] and base[1] else "—"
+    return f"| {trainer} | {ranks} | {LINKS.get(link, link)} | {pac_s} | {base_s} | {ratio} |"
+
+
+def groups(points):
+    """{(trainer, ranks): {link: {method: point}}}, in report order."""
+    out = {}
+    for (trainer, link, ranks, method), p in points.items():
+        out.setdefault((trainer, ranks), {}).setdefault(link, {})[method] = p
+    return {k: dict(sorted(out[k].items(), key=lambda kv: link_order(kv[0])))
+            for k in sorted(out)}
+
+
+def markdown(points, bad, machine, pngs, out_dir):
+    md = ["# End-to-end training: pactrain against dense and compression-enabled baselines\n",
+          f"**Machine:** {machine or 'not given (pass --machine)'}\n",
+          "Generated by `bench/e2e/report.py` from `bench/results/e2e/*.json`; do not edit by "
+          "hand. Steady throughput is samples per step over the step time measured from the "
+          "steady epoch (`steady_from_epoch`) on; `x dense` is against the blocking ring "
+          "allreduce (`dense`) at the same link and ranks. The target accuracy is dense's final "
+          "accuracy less one point; time to target is the training wall time (evaluation "
+          "excluded) at the end of the first epoch reaching it. kB = 1000 bytes.\n"]
+    summary = []
+    for (trainer, ranks), by_link in groups(points).items():
+        md.append(f"## {trainer}, {ranks} ranks\n")
+        for link, group in by_link.items():
+            target = target_of(group)
+            tgt = (f"target accuracy {target * 100:.1f}%" if target is not None
+                   else "no dense point, no target")
+            md.append(f"### {LINKS.get(link, link)} links ({tgt})\n")
+            md.extend(group_table(group, target) + [""])
+            summary.append(summary_row(trainer, ranks, link, group, target))
+    md.append("## Summary\n")
+    md.append("`pactrain vs best baseline` is the best baseline's time to target over pactrain's "
+              "best time to target (above 1: pactrain reaches the target sooner).\n")
+    md.append("| trainer | ranks | link | best pactrain (method, x dense steady) | "
+              "best baseline (method, time to target) | pactrain vs best baseline |")
+    md.append("|---|--:|---|---|---|--:|")
+    md.extend(summary + [""])
+    missing = missing_points(points)
+    md.append("## Missing points\n")
+    md.extend([f"- `{m}`" for m in missing] or ["None: every point of the grid is present."])
+    md.extend([f"- `{b}` (could not be read)" for b in bad] + [""])
+    if pngs:
+        md.append("## Plots\n")
+        md.extend(f"![{os.path.basename(p)}]({os.path.relpath(p, out_dir)})\n" for p in pngs)
+    return "\n".join(md)
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+
+def gnuplot_terminal():
+    """'pngcairo' or 'png', whichever this gnuplot has, or None where gnuplot is missing."""
+    exe = shutil.which("gnuplot") or ("/usr/bin/gnuplot" if os.path.exists("/usr/bin/gnuplot")
+                                      else None)
+    if exe is None:
+        return None, None
+    for term in ("pngcairo", "png"):
+        r = subprocess.run([exe, "-e", f"set terminal {term}"], capture_output=True)
+        if r.returncode == 0:
+            return exe, term
+    return None, None
+
+
+def run_gnuplot(exe, script, png):
+    r = subprocess.run([exe], input=script, text=True, capture_output=True)
+    if r.returncode != 0 or not os.path.exists(png):
+        print(f"report.py: gnuplot failed for {png}: {r.stderr.strip()}", file=sys.stderr)
+        return False
+    return True
+
+
+def write_data(tmp, name, rows):
+    path = os.path.join(tmp, name + ".dat")
+    with open(path, "w") as f:
+        f.writelines(" ".join(str(v) for v in row) + "\n" for row in rows)
+    return path
+
+
+def style(method):
+    """Line colour fixed per method, so that the plots agree; pactrain's lines are thicker."""
+    lw = 3 if method in PACTRAIN else 2
+    return f"lc rgb '{COLOURS.get(method, 'gray50')}' lw {lw} pt 7"
+
+
+def header(term, png, title, xlabel, ylabel):
+    return (f"set terminal {term} size 900,560 noenhanced\nset output '{png}'\n"
+            f"set title '{title}'\nset xlabel '{xlabel}'\nset ylabel '{ylabel}'\n"
+            "set grid\nset key outside right\n")
+
+
+def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
+    links = list(by_link)
+    methods = sorted({m for g in by_link.values() for m in g}, key=method_order)
+    lines = []
+    for m in methods:
+        rows = [(i, throughput(by_link[l][m])) for i, l in enumerate(links) if m in by_link[l]]
+        rows = [r for r in rows if r[1]]
+        if rows:
+            path = write_data(tmp, f"tp_{trainer}_{ranks}_{m}", rows)
+            lines.append(f"'{path}' using 1:2 with linespoints {style(m)} title '{m}'")
+    if not lines:
+        return []
+    png = os.path.join(plots, f"e2e_throughput_{trainer}_np{ranks}.png")
+    tics = ", ".join(f"'{LINKS.get(l, l)}' {i}" for i, l in enumerate(links))
+    script = (header(term, png, f"{trainer}, {ranks} ranks: steady throughput", "link",
+                     "samples/s (steady)") +
+              f"set logscale y\nset xtics ({tics})\nset xrange [-0.3:{len(links) - 0.7}]\n"
+              "plot " + ", ".join(lines) + "\n")
+    return [png] if run_gnuplot(exe, script, png) else []
+
+
+def plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group):
+    target = target_of(group)
+    lines, end = [], 0.0
+    for m in sorted(group, key=method_order):
+        hist = sorted(group[m].get("history", []), key=lambda h: h.get("epoch", 0))
+        rows = [(h["wall_seconds"], h["test_accuracy"] * 100) for h in hist
+                if h.get("wall_seconds") is not None and h.get("test_accuracy") is not None]
+        if rows:  # the run starts at wall time 0 with no accuracy measured yet
+            path = write_data(tmp, f"acc_{trainer}_{link}_{ranks}_{m}", [(0, "NaN")] + rows)
+            lines.append(f"'{path}' using 1:2 with linespoints {style(m)} title '{m}'")
+            end = max(end, rows[-1][0])
+    if not lines:
+        return []
+    if target is not None:  # drawn from data, so that it spans the whole x range
+        path = write_data(tmp, f"target_{trainer}_{link}_{ranks}",
+                          [(0, target * 100), (end, target * 100)])
+        lines.append(f"'{path}' using 1:2 with lines dt 2 lw 2 lc rgb 'gray40' "
+                     f"title 'target {target * 100:.1f}%'")
+    png = os.path.join(plots, f"e2e_accuracy_{trainer}_{link}_np{ranks}.png")
+    title = f"{trainer}, {ranks} ranks, {LINKS.get(link, link)} links: accuracy over time"
+    script = (header(term, png, title, "training wall-clock seconds", "test accuracy (%)") +
+              f"set xrange [0:{end * 1.02}]\nplot " + ", ".join(lines) + "\n")
+    return [png] if run_gnuplot(exe, script, png) else []
+
+
+def make_plots(points, plots):
+    """The PNGs made: accuracy plots first (the ones readers look at first), then throughput."""
+    exe, term = gnuplot_terminal()
+    if exe is None:
+        print("report.py: gnuplot (with png or pngcairo) not found; skipping plots",
+              file=sys.stderr)
+        return []
+    os.makedirs(plots, exist_ok=True)
+    acc, tp = [], []
+    with tempfile.TemporaryDirectory(prefix="e2e_report_") as tmp:
+        for (trainer, ranks), by_link in groups(points).items():
+            for link, group in by_link.items():
+                acc += plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group)
+            tp += plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link)
+    return acc + tp
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="bench/results/e2e")
+    ap.add_argument("--machine", default="", help="one line naming the machine")
+    ap.add_argument("--out", default="bench/results/e2e.md")
+    ap.add_argument("--plots", default=None, help="directory of the PNGs (default: --out's)")
+    args = ap.parse_args()
+    points, bad = load(args.results)
+    if not points:
+        sys.exit(f"report.py: no readable results in {args.results}")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    pngs = make_plots(points, os.path.abspath(args.plots or out_dir))
+    with open(args.out, "w") as f:
+        f.write(markdown(points, bad, args.machine, pngs, out_dir))
+    print(f"report.py: wrote {args.out} and {len(pngs)} plots")
+
+
+if __name__ == "__main__":
+    main()
