@@ -21,6 +21,7 @@
 //   --powersgd-rank R   R or match [4]
 //   --ternary-rows R, --ternary-block B, --ternary-scale current|previous
 //                       ternary and auto: as pactrain_fmnist's options [0, 1024, previous]
+//   --optimizer example|sgd|fused   as pactrain_fmnist's (fused: pactrain's methods) [example]
 //   --train-limit N, --test-limit N [0: all]    --data DIR
 //   --link NAME, --link-bits N   recorded in the point (the testbed's rate) [none, 0]
 //   --out PATH          the JSON point (rank 0 writes it)
@@ -63,7 +64,8 @@ constexpr const char* usage =
     "usage: pactrain_e2e [--method dense|sparse|ternary|auto|topk|powersgd|fp16] [--epochs N]\n"
     "       [--batch B] [--seed N] [--sparsity S] [--prune-window A,B] [--prune-updates N]\n"
     "       [--powersgd-rank R|match] [--ternary-rows R] [--ternary-block B]\n"
-    "       [--ternary-scale current|previous] [--train-limit N] [--test-limit N] [--data DIR]\n"
+    "       [--ternary-scale current|previous] [--optimizer example|sgd|fused]\n"
+    "       [--train-limit N] [--test-limit N] [--data DIR]\n"
     "       [--link NAME] [--link-bits N] [--out PATH] | --verify";
 
 options parse(int argc, char** argv) {
@@ -115,6 +117,8 @@ options parse(int argc, char** argv) {
         throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
       o.cfg.ternary_scale = v == "current" ? pactrain::scale_source::current_max
                                            : pactrain::scale_source::previous_max;
+    } else if (a == "--optimizer") {
+      o.cfg.optimizer = fm::optimizer_from_string(v);
     } else if (a == "--train-limit") {
       o.train_limit = to_count(a, v);
     } else if (a == "--test-limit") {

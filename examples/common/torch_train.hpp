@@ -41,7 +41,11 @@ struct torch_run_options {
   lr_shape shape;           // warm-up, hold, cosine decay and (pruned runs) rewind
   double momentum = 0.9;
   double weight_decay = 5e-4;
-  double clip = 0.0;         // largest norm of the averaged gradient (0: no clipping)
+  double clip = 0.0;  // largest norm of the averaged gradient (0: no clipping)
+  // The optimizer step fused into the sync (sgd::fused, torch_overlap::finish_step(update)):
+  // only kept weights are updated, from the payloads; the same bits. Not with clipping, which
+  // needs the whole averaged gradient.
+  bool fused = false;
   double prune_start = 0.1;  // gradual pruning window, fractions of the steps
   double prune_end = 0.6;
   std::uint64_t prune_updates = 20;
@@ -111,14 +115,19 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
       // [snippet:step]
       overlap.begin_step();  // instead of zero_grad
       const torch::Tensor loss = task.loss(model, static_cast<std::int64_t>(s) * o.batch, o.batch);
-      loss.backward();        // each bucket leaves when its gradients are written
-      overlap.finish_step();  // averaged over the ranks, +0 at pruned entries
-      if (sync.stats().nonfinite_buckets == 0) {
-        if (o.clip > 0) {  // the averaged gradient is the same on every rank, so is its norm
-          const double norm = params.flat_grads().norm().item<double>();
-          if (norm > o.clip) params.flat_grads().mul_(o.clip / norm);
+      loss.backward();  // each bucket leaves when its gradients are written
+      if (o.fused) {    // the kept weights step from the payloads; no gradient written back
+        auto update = opt.fused(params.layout(), sync.masks(), params.values(), params.momentum());
+        overlap.finish_step(update);  // no update after a non-finite step
+      } else {
+        overlap.finish_step();  // averaged over the ranks, +0 at pruned entries
+        if (sync.stats().nonfinite_buckets == 0) {
+          if (o.clip > 0) {  // the averaged gradient is the same on every rank, so is its norm
+            const double norm = params.flat_grads().norm().item<double>();
+            if (norm > o.clip) params.flat_grads().mul_(o.clip / norm);
+          }
+          opt.step(params.values(), params.grads(), params.momentum());
         }
-        opt.step(params.values(), params.grads(), params.momentum());
       }
       // [/snippet:step]
       // The engine's own phases; its step clock also spans backward, which the hooks overlap.
@@ -200,6 +209,7 @@ struct torch_cli {
 constexpr const char* torch_cli_usage =
     "       [--mode all|both|dense|sparse|ternary] [--epochs N] [--batch B] [--lr X]\n"
     "       [--lr-warmup F] [--lr-rewind F] [--momentum X] [--weight-decay X] [--clip X]\n"
+    "       [--fused on|off]\n"
     "       [--sparsity S] [--prune-window A,B] [--prune-updates N] [--scope per-tensor|global]\n"
     "       [--ternary-block B] [--summary PATH] [--seed N]";
 
@@ -227,6 +237,10 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
     r.weight_decay = to_double(a, v);
   } else if (a == "--clip") {
     r.clip = to_double(a, v);
+  } else if (a == "--fused") {
+    if (v != "on" && v != "off")
+      throw pactrain::error("--fused: expected on or off, got '" + v + "'");
+    r.fused = v == "on";
   } else if (a == "--sparsity") {
     c.sparsity = to_double(a, v);
   } else if (a == "--prune-window") {
@@ -313,6 +327,8 @@ inline void validate(const torch_cli& c) {
       !(r.clip >= 0.0))
     throw pactrain::error(
         "need --lr > 0, 0 <= --momentum < 1, --weight-decay >= 0 and --clip >= 0");
+  if (r.fused && r.clip > 0.0)
+    throw pactrain::error("--fused on needs --clip 0: clipping needs the whole averaged gradient");
   if (!(r.shape.warmup >= 0.0 && r.shape.warmup < 1.0) || !(r.shape.rewind >= 0.0))
     throw pactrain::error("need 0 <= --lr-warmup < 1 and --lr-rewind >= 0");
   if (!(r.prune_start >= 0.0 && r.prune_start < r.prune_end && r.prune_end <= 1.0))
@@ -367,6 +383,7 @@ inline std::string config_json(const torch_cli& c, int ranks, const std::string&
          ", \"lr_warmup\": " + num(r.shape.warmup) + ", \"lr_rewind\": " + num(r.shape.rewind) +
          ", \"lr_schedule\": \"cosine to 0\", \"momentum\": " + num(r.momentum) +
          ", \"weight_decay\": " + num(r.weight_decay) + ", \"clip\": " + num(r.clip) +
+         ", \"fused\": " + (r.fused ? "true" : "false") +
          ", \"target_sparsity\": " + num(c.sparsity) + ", \"prune_start\": " + num(r.prune_start) +
          ", \"prune_end\": " + num(r.prune_end) +
          ", \"prune_updates\": " + std::to_string(r.prune_updates) + ", \"scope\": \"" +

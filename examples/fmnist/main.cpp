@@ -43,6 +43,10 @@
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
 //                             backward has produced them (submit_bucket); off: one
 //                             sync.allreduce after backward; the same bits either way [on]
+//   --optimizer example|sgd|fused  example: the MLP's own SGD with momentum (mlp.hpp); sgd:
+//                             pactrain::sgd after the sync (torch's rounding, with FMA);
+//                             fused: pactrain::sgd inside the sync, updating only kept
+//                             weights from the payloads; the bits of sgd [example]
 #include "common/cli.hpp"
 #include "common/run_main.hpp"
 #include "common/run_report.hpp"
@@ -89,7 +93,8 @@ constexpr const char* usage =
     "       [--scope global|per-tensor] [--hidden A,B,...]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--summary PATH] [--seed N]\n"
     "       [--overlap on|off] [--ternary-rows R] [--ternary-block B] [--ternary-scale "
-    "current|previous]";
+    "current|previous]\n"
+    "       [--optimizer example|sgd|fused]";
 
 options parse(int argc, char** argv) {
   using examples::split;
@@ -145,6 +150,8 @@ options parse(int argc, char** argv) {
     } else if (a == "--hidden") {
       o.cfg.hidden.clear();
       for (const auto& h : split(v, ',')) o.cfg.hidden.push_back(to_count(a, h));
+    } else if (a == "--optimizer") {
+      o.cfg.optimizer = fm::optimizer_from_string(v);
     } else if (a == "--train-limit") {
       o.train_limit = to_count(a, v);
     } else if (a == "--test-limit") {
@@ -213,8 +220,9 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
     << ", \"target_sparsity\": " << num(o.sparsity) << ", \"prune_start\": " << num(cfg.prune_start)
     << ", \"prune_end\": " << num(cfg.prune_end) << ", \"prune_updates\": " << cfg.prune_updates
     << ", \"scope\": \"" << (cfg.scope == pactrain::pruning_scope::global ? "global" : "per-tensor")
-    << "\", \"overlap\": " << (cfg.overlap ? "true" : "false")
-    << ", \"train_samples\": " << train_count << ", \"test_samples\": " << test_count << "}";
+    << "\", \"overlap\": " << (cfg.overlap ? "true" : "false") << ", \"optimizer\": \""
+    << fm::to_string(cfg.optimizer) << "\", \"train_samples\": " << train_count
+    << ", \"test_samples\": " << test_count << "}";
   examples::write_summary(o.summary, {ranks, cfg.epochs, cfg.seed, model.str(), c.str()}, runs,
                           wall);
 }

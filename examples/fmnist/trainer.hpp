@@ -44,6 +44,32 @@
 
 namespace pactrain::fmnist {
 
+/// Which optimiser steps the weights.
+enum class optimizer_kind {
+  // fmnist::sgd_momentum (mlp.hpp): a plain multiply and add per entry; the demo's figures.
+  example,
+  // pactrain::sgd after the sync (as torch::optim::SGD on a CPU with FMA).
+  sgd,
+  // pactrain::sgd fused into the sync (sync::finish_step(update)): the engine hands each
+  // bucket's average to the optimiser, a sparse bucket's as its kept entries, and the dense
+  // gradient is never written back. The same bits as `sgd`.
+  fused,
+};
+
+/// "example", "sgd" or "fused".
+inline const char* to_string(optimizer_kind k) noexcept {
+  constexpr const char* names[] = {"example", "sgd", "fused"};
+  return names[static_cast<int>(k)];
+}
+
+/// The optimizer_kind named `name` (as --optimizer gives it); throws pactrain::error for
+/// another name.
+inline optimizer_kind optimizer_from_string(const std::string& name) {
+  for (auto k : {optimizer_kind::example, optimizer_kind::sgd, optimizer_kind::fused})
+    if (name == to_string(k)) return k;
+  throw pactrain::error("--optimizer: expected example, sgd or fused, got '" + name + "'");
+}
+
 /// What one run does. sparsity == 0 is the dense baseline: no pruner, and the sync engine
 /// allreduces whole buckets (bucket_strategy::dense), as a trainer without pactrain would.
 struct train_config {
@@ -92,6 +118,7 @@ struct train_config {
   // buckets and let pactrain::strategy_tuner time the planner's candidate strategies on the
   // next training steps, keeping the fastest (with ternary: plain and coded buckets compete).
   bool tune = false;
+  optimizer_kind optimizer = optimizer_kind::example;
 };
 
 /// The records of an epoch and of a run, shared with the LibTorch example.
@@ -218,6 +245,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
                    "train: train and test images differ in size");
   PACTRAIN_EXPECTS(exchange == nullptr || (cfg.sparsity == 0.0 && !cfg.ternary),
                    "train: a gradient_exchange trains dense (sparsity 0, no ternary codec)");
+  PACTRAIN_EXPECTS(exchange == nullptr || cfg.optimizer != optimizer_kind::fused,
+                   "train: the fused optimizer step needs the sync engine, not an exchange");
 
   enable_flush_to_zero();
 
@@ -266,8 +295,27 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
     }
 
     const bool plain_sgd = exchange != nullptr && exchange->applies_momentum();
-    sgd_momentum opt(layout.total_size(), plain_sgd ? 0.0f : cfg.momentum,
-                     plain_sgd ? 0.0f : cfg.weight_decay);
+    const float momentum = plain_sgd ? 0.0f : cfg.momentum;
+    const float weight_decay = plain_sgd ? 0.0f : cfg.weight_decay;
+    // optimizer_kind::example steps with opt, the others with psgd and its momentum buffer.
+    sgd_momentum opt(layout.total_size(), momentum, weight_decay);
+    sgd psgd({.lr = cfg.lr, .momentum = momentum, .weight_decay = weight_decay});
+    std::vector<float> psgd_momentum;
+    if (cfg.optimizer != optimizer_kind::example) psgd_momentum.assign(layout.total_size(), 0.0f);
+    const std::span<float> velocity =
+        cfg.optimizer == optimizer_kind::example ? opt.velocity() : std::span(psgd_momentum);
+    const bool fused = engine && cfg.optimizer == optimizer_kind::fused;
+    // finish_step, or finish_step fused with the optimizer step.
+    auto finish = [&] {
+      if constexpr (engine) {
+        if (fused) {
+          auto update = psgd.fused(sync_layout, sync.masks(), model.params(), velocity);
+          sync.finish_step(update);
+          return;
+        }
+      }
+      sync.finish_step();
+    };
     // cfg.tune: the strategy tuner, made at the last mask update and run until it has chosen.
     std::optional<strategy_tuner> tuner;
     const std::size_t f = model.inputs();
@@ -297,6 +345,8 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
           std::copy_n(x_train.data() + i * f, f, xb.data() + b * f);
           yb[b] = y_train[i];
         }
+        const float lr = learning_rate(cfg, step, total_steps, last_update);
+        psgd.set_lr(lr);
         bool tuned_step = false;
         if constexpr (engine) {
           if (cfg.tune && sparse && step >= last_update && !tuner) {
@@ -322,19 +372,24 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
             epoch_sync += detail::seconds_since(t0);
           });
           const auto t0 = std::chrono::steady_clock::now();
-          sync.finish_step();
+          finish();
           epoch_sync += detail::seconds_since(t0);
         } else {
           loss_sum += model.train_batch(xb.data(), yb.data(), cfg.batch);
           const auto t0 = std::chrono::steady_clock::now();
-          sync.allreduce(model.grads());
+          sync.begin_step(model.grads());
+          finish();
           epoch_sync += detail::seconds_since(t0);
         }
         if constexpr (engine) {
           if (tuned_step) tuner->end_step(sync);
         }
 
-        opt.step(model.params(), model.grads(), learning_rate(cfg, step, total_steps, last_update));
+        if (cfg.optimizer == optimizer_kind::example) {
+          opt.step(model.params(), model.grads(), lr);
+        } else if (!fused) {
+          psgd.step(model.params(), model.grads(), velocity);
+        }
         bytes_sent += static_cast<double>(sync.stats().bytes_sent);
 
         if constexpr (engine) {
@@ -346,7 +401,7 @@ inline train_result train(const train_config& cfg, const dataset& train_set,
               // without help: their averaged gradient is +0, so the momentum stays 0 and so
               // does w.
               apply_masks(sync_layout, sync.masks(), model.params());
-              apply_masks(sync_layout, sync.masks(), opt.velocity());
+              apply_masks(sync_layout, sync.masks(), velocity);
             }
             epoch_prune += detail::seconds_since(t1);
           }

@@ -22,6 +22,9 @@
 //   --momentum X              SGD momentum [0.9]
 //   --weight-decay X          L2 weight decay [5e-4]
 //   --clip X                  largest norm of the averaged gradient (0: no clipping) [0]
+//   --fused on|off            on: the optimizer step fused into the sync (only kept
+//                             weights updated, from the payloads; the same bits;
+//                             needs --clip 0) [off]
 //   --sparsity S              final fraction of weights pruned in the pruned runs [0.9]
 //   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.1,0.5]
 //   --prune-updates N         mask updates in the window [20]
