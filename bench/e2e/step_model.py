@@ -1,7 +1,7 @@
 """A whole-step cost model for bench/e2e: a training step of method m on P workers over links
 of rate R takes
 
-    t = c_m(P) + wire_m(P) / (eta R) + K_m L(P)
+    t = c_m(P) + max(0, wire_m(P) - burst) / (eta R) + K_m L(P)
 
 c_m(P): the step's compute and local work, from the unshaped point (its measured step, less the
         model's communication at the testbed's unshaped rate, R_NONE);
@@ -9,7 +9,11 @@ wire_m: bytes each worker sends per step: 2 (P - 1) / P B for a ring allreduce o
         (dense, fp16, PowerSGD, pactrain's payloads), (P - 1) B for Top-k's allgather;
 K_m:    collectives per step (pactrain's ternary runs: one per tensor);
 L(P):   one small collective's time on P workers (bench/results/sync.csv's 4 kB allreduce);
-eta:    the link's efficiency, fitted on one point (dense, 4 ranks, 100 Mbit/s).
+eta:    the link's efficiency, fitted on one point (dense, 4 ranks, 100 Mbit/s);
+burst:  what the testbed's token bucket lets pass at once: up to its depth (10 ms of bytes at
+        the rate, at least 256 KiB; bench/netbed/setup.sh), refilled during the compute. At
+        100 Mbit/s that is half of a 90%-sparse step's bytes; real links have no such bucket,
+        so the projection leaves it out.
 
 Every other shaped point is then a prediction, compared with its measurement. For 8 to 1024
 workers the model takes c_m from the 2-rank points (one rank per core, as one machine per
@@ -33,6 +37,15 @@ def wire_bytes(method, ranks, payload):
     return 2.0 * (ranks - 1) / ranks * payload
 
 
+def burst_bytes(rate, compute):
+    """Bytes the testbed's tbf bucket (depth max(rate x 10 ms, 256 KiB)) holds after
+    `compute` seconds without traffic."""
+    if rate >= R_NONE:
+        return 0.0
+    depth = max(rate / 8 / 100, 262144)
+    return min(depth, compute * rate / 8)
+
+
 def small_collective_seconds(results_dir):
     """{ranks: seconds} of the 4 kB dense allreduce in sync.csv (median over link rates)."""
     path = os.path.join(results_dir, "sync.csv")
@@ -52,10 +65,12 @@ class step_model:
         self.latency = latency
         self.eta = 1.0
         dense = self.points.get((trainer, "100mbit", 4, "dense"))
-        if dense and self.compute(4, "dense") is not None:
-            comm = dense["steady_step_seconds"] - self.compute(4, "dense") - self.lat(4, "dense")
+        c = self.compute(4, "dense")
+        if dense and c is not None:
+            comm = dense["steady_step_seconds"] - c - self.lat(4, "dense")
+            wire = wire_bytes("dense", 4, self.payload("dense")) - burst_bytes(100e6, c)
             if comm > 0:
-                self.eta = wire_bytes("dense", 4, self.payload("dense")) * 8 / (100e6 * comm)
+                self.eta = wire * 8 / (100e6 * comm)
         self.trainer = trainer
 
     def payload(self, method):
@@ -82,12 +97,14 @@ class step_model:
         w = wire_bytes(method, ranks, p["final_bytes_per_step"])
         return max(0.0, p["steady_step_seconds"] - w * 8 / R_NONE - self.lat(ranks, method))
 
-    def predict(self, ranks, method, rate, compute_ranks=None):
+    def predict(self, ranks, method, rate, compute_ranks=None, testbed=True):
+        """Seconds per step; testbed: with the testbed's token bucket (see burst)."""
         c = self.compute(compute_ranks or ranks, method)
         b = self.payload(method)
         if c is None or b is None:
             return None
-        return c + wire_bytes(method, ranks, b) * 8 / (self.eta * rate) + self.lat(ranks, method)
+        wire = wire_bytes(method, ranks, b) - (burst_bytes(rate, c) if testbed else 0.0)
+        return c + max(0.0, wire) * 8 / (self.eta * rate) + self.lat(ranks, method)
 
     def checks(self):
         """(link, ranks, method, measured, predicted) of every shaped point but the fitted one."""
@@ -104,7 +121,7 @@ class step_model:
         """[(workers, samples/s)] for WORKERS, compute from the 2-rank points."""
         rows = []
         for n in WORKERS:
-            t = self.predict(n, method, LINK_RATE[link], compute_ranks=2)
+            t = self.predict(n, method, LINK_RATE[link], compute_ranks=2, testbed=False)
             if t:
                 rows.append((n, n * samples_per_worker / t))
         return rows
