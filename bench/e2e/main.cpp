@@ -19,15 +19,16 @@
 //   --sparsity S        final sparsity of the pruned runs, and topk's k [0.9]
 //   --prune-window A,B  [0.2,0.7]       --prune-updates N [20]
 //   --powersgd-rank R   R or match [4]
-//   --ternary-rows R, --ternary-block B, --ternary-scale current|previous
-//                       ternary and auto: as pactrain_fmnist's options [0, 1024, previous]
-//   --optimizer example|sgd|fused   as pactrain_fmnist's (fused: pactrain's methods) [example]
+//   and the trainer's options as pactrain_fmnist reads them (examples/fmnist/options.hpp:
+//   --lr, --ternary-rows, --ternary-block, --ternary-scale, --optimizer, ...), except that
+//   the ternary runs default to --ternary-rows 0 --ternary-block 1024 --ternary-scale previous
 //   --train-limit N, --test-limit N [0: all]    --data DIR
 //   --link NAME, --link-bits N   recorded in the point (the testbed's rate) [none, 0]
 //   --out PATH          the JSON point (rank 0 writes it)
 //   --verify            check the baselines on exactly summable data instead of training
 #include "baselines.hpp"
 
+#include "fmnist/options.hpp"
 #include "fmnist/trainer.hpp"
 
 #include "common/cli.hpp"
@@ -88,37 +89,14 @@ options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") throw pactrain::error(usage);
     if (i + 1 >= argc) throw pactrain::error(a + ": missing value (or unknown option)\n" + usage);
     const std::string v = argv[++i];
+    if (fm::parse_train_option(a, v, o.cfg)) continue;
     if (a == "--method") {
       o.method = v;
-    } else if (a == "--epochs") {
-      o.cfg.epochs = static_cast<int>(to_count(a, v));
-    } else if (a == "--batch") {
-      o.cfg.batch = to_count(a, v);
-    } else if (a == "--seed") {
-      o.cfg.seed = to_count(a, v);
     } else if (a == "--sparsity") {
       o.sparsity = to_double(a, v);
-    } else if (a == "--prune-window") {
-      const auto p = examples::split(v, ',');
-      if (p.size() != 2) throw pactrain::error("--prune-window: expected A,B, got '" + v + "'");
-      o.cfg.prune_start = to_double(a, p[0]);
-      o.cfg.prune_end = to_double(a, p[1]);
-    } else if (a == "--prune-updates") {
-      o.cfg.prune_updates = to_count(a, v);
     } else if (a == "--powersgd-rank") {
       if (v != "match") static_cast<void>(to_count(a, v));
       o.powersgd_rank = v;
-    } else if (a == "--ternary-rows") {
-      o.cfg.ternary_rows = to_count(a, v);
-    } else if (a == "--ternary-block") {
-      o.cfg.ternary_block = to_count(a, v);
-    } else if (a == "--ternary-scale") {
-      if (v != "current" && v != "previous")
-        throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
-      o.cfg.ternary_scale = v == "current" ? pactrain::scale_source::current_max
-                                           : pactrain::scale_source::previous_max;
-    } else if (a == "--optimizer") {
-      o.cfg.optimizer = fm::optimizer_from_string(v);
     } else if (a == "--train-limit") {
       o.train_limit = to_count(a, v);
     } else if (a == "--test-limit") {

@@ -53,6 +53,7 @@
 #include "fmnist/idx.hpp"
 #include "fmnist/load.hpp"
 #include "fmnist/mlp.hpp"
+#include "fmnist/options.hpp"
 #include "fmnist/trainer.hpp"
 
 #include <pactrain/mpi.hpp>
@@ -97,7 +98,6 @@ constexpr const char* usage =
     "       [--optimizer example|sgd|fused]";
 
 options parse(int argc, char** argv) {
-  using examples::split;
   using examples::to_count;
   using examples::to_double;
   options o;
@@ -106,6 +106,7 @@ options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") throw pactrain::error(usage);
     if (i + 1 >= argc) throw pactrain::error(a + ": missing value (or unknown option)\n" + usage);
     const std::string v = argv[++i];
+    if (fm::parse_train_option(a, v, o.cfg)) continue;
     if (a == "--mode") {
       if (v != "both" && v != "dense" && v != "sparse" && v != "ternary")
         throw pactrain::error("--mode: expected both, dense, sparse or ternary, got '" + v + "'");
@@ -114,44 +115,8 @@ options parse(int argc, char** argv) {
       if (v != "none" && v != "ternary")
         throw pactrain::error("--codec: expected none or ternary, got '" + v + "'");
       o.ternary = v == "ternary";
-    } else if (a == "--epochs") {
-      o.cfg.epochs = static_cast<int>(to_count(a, v));
-    } else if (a == "--batch") {
-      o.cfg.batch = to_count(a, v);
-    } else if (a == "--lr") {
-      o.cfg.lr = static_cast<float>(to_double(a, v));
-    } else if (a == "--lr-hold") {
-      o.cfg.lr_hold = to_double(a, v);
-    } else if (a == "--lr-warmup") {
-      o.cfg.lr_warmup = to_double(a, v);
-    } else if (a == "--lr-rewind") {
-      o.cfg.lr_rewind = to_double(a, v);
-    } else if (a == "--momentum") {
-      o.cfg.momentum = static_cast<float>(to_double(a, v));
-    } else if (a == "--weight-decay") {
-      o.cfg.weight_decay = static_cast<float>(to_double(a, v));
     } else if (a == "--sparsity") {
       o.sparsity = to_double(a, v);
-    } else if (a == "--prune-window") {
-      const auto p = split(v, ',');
-      if (p.size() != 2) throw pactrain::error("--prune-window: expected A,B, got '" + v + "'");
-      o.cfg.prune_start = to_double(a, p[0]);
-      o.cfg.prune_end = to_double(a, p[1]);
-    } else if (a == "--prune-updates") {
-      o.cfg.prune_updates = to_count(a, v);
-    } else if (a == "--scope") {
-      if (v == "global") {
-        o.cfg.scope = pactrain::pruning_scope::global;
-      } else if (v == "per-tensor") {
-        o.cfg.scope = pactrain::pruning_scope::per_tensor;
-      } else {
-        throw pactrain::error("--scope: expected global or per-tensor, got '" + v + "'");
-      }
-    } else if (a == "--hidden") {
-      o.cfg.hidden.clear();
-      for (const auto& h : split(v, ',')) o.cfg.hidden.push_back(to_count(a, h));
-    } else if (a == "--optimizer") {
-      o.cfg.optimizer = fm::optimizer_from_string(v);
     } else if (a == "--train-limit") {
       o.train_limit = to_count(a, v);
     } else if (a == "--test-limit") {
@@ -160,21 +125,6 @@ options parse(int argc, char** argv) {
       o.data = v;
     } else if (a == "--summary") {
       o.summary = v;
-    } else if (a == "--seed") {
-      o.cfg.seed = to_count(a, v);
-    } else if (a == "--ternary-scale") {
-      if (v != "current" && v != "previous")
-        throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
-      o.cfg.ternary_scale = v == "current" ? pactrain::scale_source::current_max
-                                           : pactrain::scale_source::previous_max;
-    } else if (a == "--ternary-rows") {
-      o.cfg.ternary_rows = to_count(a, v);
-    } else if (a == "--ternary-block") {
-      o.cfg.ternary_block = to_count(a, v);
-    } else if (a == "--overlap") {
-      if (v != "on" && v != "off")
-        throw pactrain::error("--overlap: expected on or off, got '" + v + "'");
-      o.cfg.overlap = v == "on";
     } else {
       throw pactrain::error("unknown option '" + a + "'\n" + usage);
     }
