@@ -35,6 +35,7 @@
 #include "common/run_main.hpp"
 #include "common/run_report.hpp"
 #include "fmnist/load.hpp"
+#include "fmnist/mlp.hpp"
 
 #include <mpi.h>
 
