@@ -1,6 +1,6 @@
-// The compression methods users would pick instead of pactrain, as gradient exchanges of the
-// Fashion-MNIST trainer (fmnist::gradient_exchange), so that they train through the same loop,
-// data, seed and steps as pactrain's runs:
+// The compression methods users would pick instead of pactrain, as gradient exchanges
+// (examples::gradient_exchange, examples/common/exchange.hpp) of the trainers, so that they
+// train through the same loops, data, seeds and steps as pactrain's runs:
 //   dense     one blocking MPI_Allreduce of the whole gradient (the dense reference)
 //   fp16      PyTorch's fp16_compress_hook: g / P as IEEE half, summed in half on every hop
 //   topk      DGC (Lin et al., ICLR 2018): momentum correction, Top-k of the accumulated
@@ -13,7 +13,7 @@
 #include "../sync/topk.hpp"
 #include "powersgd.hpp"
 
-#include "fmnist/exchange.hpp"
+#include "common/exchange.hpp"
 
 #include <memory>
 #include <span>
@@ -22,7 +22,7 @@
 namespace e2e {
 
 /// A pactrain-sync-bench method (dense, fp16) as a gradient exchange.
-class bench_exchange final : public pactrain::fmnist::gradient_exchange {
+class bench_exchange final : public examples::gradient_exchange {
  public:
   explicit bench_exchange(std::unique_ptr<sync_bench::strategy> s) : s_(std::move(s)) {}
   void exchange(std::span<float> grads, std::span<const float>) override { s_->sync(grads); }
@@ -47,7 +47,7 @@ inline std::unique_ptr<bench_exchange> make_bench_exchange(const char* method, M
 /// DGC: u = m u + (g + wd w) (momentum correction); the residual v += u and its k entries of
 /// largest |v| are sent (topk_strategy's error feedback); u and v are cleared where this rank
 /// sent (momentum factor masking). The trainer then takes a plain SGD step on the mean.
-class dgc_exchange final : public pactrain::fmnist::gradient_exchange {
+class dgc_exchange final : public examples::gradient_exchange {
  public:
   dgc_exchange(MPI_Comm comm, std::size_t n, std::size_t k, float momentum, float weight_decay)
       : topk_(comm, n, k), m_(momentum), wd_(weight_decay), u_(n, 0.0f) {}
@@ -73,13 +73,14 @@ class dgc_exchange final : public pactrain::fmnist::gradient_exchange {
 };
 
 /// PowerSGD as a gradient exchange.
-class powersgd_exchange final : public pactrain::fmnist::gradient_exchange {
+class powersgd_exchange final : public examples::gradient_exchange {
  public:
   powersgd_exchange(MPI_Comm comm, const pactrain::param_layout& layout, std::size_t rank,
                     std::uint64_t seed)
       : p_(comm, layout, rank, seed) {}
   void exchange(std::span<float> grads, std::span<const float>) override { p_.exchange(grads); }
   [[nodiscard]] std::size_t bytes_sent() const override { return p_.bytes_sent(); }
+  [[nodiscard]] std::size_t collectives() const override { return p_.collectives(); }
 
  private:
   powersgd p_;

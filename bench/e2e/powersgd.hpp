@@ -42,6 +42,11 @@ class powersgd {
   [[nodiscard]] std::size_t bytes_sent() const noexcept {
     return (first_.size() + second_.size()) * sizeof(float);
   }
+  /// Allreduces per exchange: the first (P and the plain tensors) and the second (Q), where
+  /// they carry anything.
+  [[nodiscard]] std::size_t collectives() const noexcept {
+    return (first_.empty() ? 0 : 1) + (second_.empty() ? 0 : 1);
+  }
   /// How many matrices are compressed.
   [[nodiscard]] std::size_t compressed() const noexcept { return blocks_.size(); }
 

@@ -7,7 +7,9 @@ c_m(P): the step's compute and local work, from the unshaped point (its measured
         model's communication at the testbed's unshaped rate, R_NONE);
 wire_m: bytes each worker sends per step: 2 (P - 1) / P B for a ring allreduce of B bytes
         (dense, fp16, PowerSGD, pactrain's payloads), (P - 1) B for Top-k's allgather;
-K_m:    collectives per step (pactrain's ternary runs: one per tensor);
+K_m:    collectives per step, as the point records it (collectives_per_step; pactrain's ternary
+        runs: one per tensor, two with a separate scale round); points written before it was
+        recorded fall back to COLLECTIVES;
 L(P):   one small collective's time on P workers (bench/results/sync.csv's 4 kB allreduce);
 eta:    the link's efficiency, fitted on one point (dense, 4 ranks, 100 Mbit/s);
 burst:  what the testbed's token bucket lets pass at once: up to its depth (10 ms of bytes at
@@ -26,7 +28,8 @@ import os
 
 R_NONE = 4.7e9  # bits/s: veth + TCP per host on the testbed, unshaped (bench/netbed/README.md)
 LINK_RATE = {"100mbit": 100e6, "500mbit": 500e6, "1gbit": 1e9, "2gbit": 2e9, "none": R_NONE}
-COLLECTIVES = {"ternary": 6, "auto": 6, "powersgd4": 2, "powersgdM": 2}  # others: 1
+# The MLP's counts, for points without collectives_per_step; others: 1.
+COLLECTIVES = {"ternary": 6, "auto": 6, "powersgd4": 2, "powersgdM": 2}
 WORKERS = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -87,7 +90,13 @@ class step_model:
             one = 2 * (ranks - 1) * alpha
         else:
             one = 0.0
-        return COLLECTIVES.get(method, 1) * one
+        return self.collectives(method) * one
+
+    def collectives(self, method):
+        for (_, _, _, m), p in self.points.items():
+            if m == method and p.get("collectives_per_step"):
+                return p["collectives_per_step"]
+        return COLLECTIVES.get(method, 1)
 
     def compute(self, ranks, method):
         p = next((p for k, p in self.points.items()

@@ -76,6 +76,7 @@ struct train_result {
   std::uint64_t steps = 0;
   std::size_t steps_per_epoch = 0;
   std::size_t mask_updates = 0;
+  std::size_t collectives_per_step = 0;  // collectives the last step issued
   bool weights_agree = false;  // bit-identical weights on every rank at the end
   std::vector<epoch_record> history;
   std::vector<pactrain::bitmap_mask> masks;  // final masks, in layout order

@@ -12,6 +12,7 @@
 #include <pactrain/torch.hpp>  // first: LibTorch's glog macros must not meet others
 
 #include "common/cli.hpp"
+#include "common/exchange.hpp"
 #include "common/lr_schedule.hpp"
 #include "common/run_report.hpp"
 
@@ -55,7 +56,9 @@ struct torch_run_options {
 };
 
 /// One run (collective over `comm`). `sparsity` 0 is the dense baseline: no pruner. `topt`
-/// and `engine_args` (after the communicator and layout) configure the engine. A Task has
+/// and `engine_args` (after the communicator and layout) configure the engine; Sync may also
+/// be exchange_engine (engine_args: a gradient_exchange&), which trains dense without the
+/// fused step, and with plain SGD where the exchange applies momentum itself. A Task has
 ///   Model model() const;                          // built from the seed, the same on every rank
 ///   std::size_t local_samples() const;            // this rank's training samples per epoch
 ///   void begin_epoch(int epoch);                  // the epoch's order, the same on every rank
@@ -97,6 +100,13 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
                    params.prunable());
   }
   // [/snippet:setup]
+  constexpr bool engine = !is_exchange_engine<Sync>;
+  if constexpr (!engine) {
+    PACTRAIN_EXPECTS(sparsity == 0 && !o.fused,
+                     std::string(name) + ": a gradient exchange trains dense, without --fused");
+    sync.bind_params(params.values_const());
+    if (sync.exchange().applies_momentum()) opt = pactrain::sgd({.lr = o.lr});
+  }
   const std::uint64_t last_update =
       pruner ? last_mask_update(pruner->schedule(), total_steps) : total_steps;
 
@@ -135,9 +145,11 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
       sync_seconds += st.gather_seconds + st.allreduce_seconds + st.scatter_seconds;
       bytes_sent += static_cast<double>(st.bytes_sent);
       const auto prune_at = std::chrono::steady_clock::now();
-      // [snippet:prune]
-      if (pruner && pruner->step(sync, params.values_const())) params.apply_masks(sync.masks());
-      // [/snippet:prune]
+      if constexpr (engine) {
+        // [snippet:prune]
+        if (pruner && pruner->step(sync, params.values_const())) params.apply_masks(sync.masks());
+        // [/snippet:prune]
+      }
       prune_seconds += seconds_since(prune_at);
       if (pruner && pruner->schedule().is_update_step(step)) ++res.mask_updates;
       loss_sum += loss.item<double>();
@@ -183,6 +195,7 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
   res.sparsity = last.sparsity;
   res.bytes_per_step = sync.stats().bytes_sent;
   res.dense_bytes_per_step = sync.stats().dense_bytes;
+  res.collectives_per_step = sync.stats().collectives;
   res.mean_bytes_per_step = bytes_sent / static_cast<double>(step);
   res.steps = step;
   res.step_seconds = res.train_seconds / static_cast<double>(step);

@@ -4,6 +4,7 @@
 // compile time.
 #include "fmnist/trainer.hpp"
 
+#include "common/exchange.hpp"
 #include "fmnist/mlp.hpp"
 
 #include <pactrain/mpi.hpp>
@@ -43,36 +44,6 @@ inline double evaluate(mlp& model, const std::vector<float>& x, const std::vecto
   MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
   return static_cast<double>(correct) / static_cast<double>(test_count);
 }
-
-/// A gradient_exchange in the place of a sync engine in the training loop: the model's layout,
-/// every entry kept, one exchange per step (no overlap, no pruning).
-class exchange_engine {
- public:
-  exchange_engine(gradient_exchange& x, const param_layout& layout, std::span<const float> params)
-      : x_(x), layout_(layout), params_(params) {
-    for (const auto& t : layout_.tensors()) masks_.push_back(bitmap_mask::full(t.size));
-    stats_.dense_bytes = layout_.total_size() * sizeof(float);
-  }
-  void allreduce(std::span<float> grads) {
-    x_.exchange(grads, params_);
-    stats_.bytes_sent = x_.bytes_sent();
-  }
-  // The three-phase step: the exchange runs whole at finish_step.
-  void begin_step(std::span<float> grads) { grads_ = grads; }
-  void submit_bucket(std::size_t) {}
-  void finish_step() { allreduce(grads_); }
-  [[nodiscard]] const param_layout& layout() const noexcept { return layout_; }
-  [[nodiscard]] const std::vector<bitmap_mask>& masks() const noexcept { return masks_; }
-  [[nodiscard]] const sync_stats& stats() const noexcept { return stats_; }
-
- private:
-  gradient_exchange& x_;
-  const param_layout& layout_;
-  std::span<const float> params_;
-  std::span<float> grads_;
-  std::vector<bitmap_mask> masks_;
-  sync_stats stats_;
-};
 
 }  // namespace detail
 
@@ -130,8 +101,7 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
                                   sparse ? bucket_strategy::sparse : bucket_strategy::dense};
   // The loop below, over whichever sync engine the config asks for.
   auto run = [&](auto& sync) -> train_result {
-    constexpr bool engine =
-        !std::is_same_v<std::remove_cvref_t<decltype(sync)>, detail::exchange_engine>;
+    constexpr bool engine = !::examples::is_exchange_engine<decltype(sync)>;
     const std::uint64_t total_steps = static_cast<std::uint64_t>(cfg.epochs) * steps_per_epoch;
     const std::uint64_t last_update = last_mask_update(cfg, total_steps);
     // The engine's layout: the model's, or with ternary_rows its weights split by rows. The
@@ -296,6 +266,7 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
     res.sparsity = res.history.back().sparsity;
     res.bytes_per_step = sync.stats().bytes_sent;
     res.dense_bytes_per_step = sync.stats().dense_bytes;
+    res.collectives_per_step = sync.stats().collectives;
     res.mean_bytes_per_step = bytes_sent / static_cast<double>(step);
     res.steps = step;
     res.train_seconds = train_seconds;
@@ -311,7 +282,8 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
   };
 
   if (exchange != nullptr) {
-    detail::exchange_engine x{*exchange, layout, std::span<const float>(model.params())};
+    ::examples::exchange_engine x{mpi_communicator{comm}, layout, *exchange};
+    x.bind_params(model.params());
     return run(x);
   }
   if (cfg.ternary) {

@@ -18,9 +18,9 @@
 // bit-identical on every rank, and each rank computes the same masks locally.
 #pragma once
 
+#include "common/exchange.hpp"
 #include "common/lr_schedule.hpp"
 #include "common/run_report.hpp"
-#include "fmnist/exchange.hpp"
 #include "fmnist/idx.hpp"
 
 #include <pactrain/pactrain.hpp>
@@ -112,6 +112,9 @@ struct train_config {
   bool tune = false;
   optimizer_kind optimizer = optimizer_kind::example;
 };
+
+/// The interface of the gradient exchanges train() takes instead of a sync engine.
+using gradient_exchange = ::examples::gradient_exchange;
 
 /// The records of an epoch and of a run, shared with the LibTorch example.
 using epoch_record = ::examples::epoch_record;

@@ -1,0 +1,184 @@
+// What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_cnn: the
+// LibTorch CNN) share: the gradient exchange a method's name asks for, Top-k's k, the steady
+// state of a run and the JSON point bench/e2e/report.py reads.
+#pragma once
+
+#include "baselines.hpp"
+
+#include "common/cli.hpp"
+#include "common/exchange.hpp"
+#include "common/run_report.hpp"
+#include "fmnist/idx.hpp"
+
+#include <pactrain/error.hpp>
+#include <pactrain/layout.hpp>
+#include <pactrain/pruning.hpp>
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace e2e {
+
+/// The options both programs read besides their trainer's.
+struct run_options {
+  std::string method = "sparse";
+  std::string powersgd_rank = "4";  // a rank, or match
+  std::size_t train_limit = 0;      // 0: all
+  std::size_t test_limit = 0;
+  std::string data = pactrain::fmnist::default_data_dir;
+  std::string link = "none";  // the testbed's rate, recorded in the point
+  std::uint64_t link_bits = 0;
+  std::string out;  // the JSON point
+};
+
+/// Reads option `a` with value `v` into `o`; false if `a` is not one of run_options'.
+inline bool parse_run_option(const std::string& a, const std::string& v, run_options& o) {
+  if (a == "--method") {
+    o.method = v;
+  } else if (a == "--powersgd-rank") {
+    if (v != "match") static_cast<void>(examples::to_count(a, v));
+    o.powersgd_rank = v;
+  } else if (a == "--train-limit") {
+    o.train_limit = examples::to_count(a, v);
+  } else if (a == "--test-limit") {
+    o.test_limit = examples::to_count(a, v);
+  } else if (a == "--data") {
+    o.data = v;
+  } else if (a == "--link") {
+    o.link = v;
+  } else if (a == "--link-bits") {
+    o.link_bits = examples::to_count(a, v);
+  } else if (a == "--out") {
+    o.out = v;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// Throws pactrain::error (with `usage`) unless o.method is one of `methods` (space-separated).
+inline void check_method(const run_options& o, const std::string& methods,
+                         const std::string& usage) {
+  if ((" " + methods + " ").find(" " + o.method + " ") == std::string::npos)
+    throw pactrain::error("--method: unknown method '" + o.method + "'\n" + usage);
+}
+
+/// The methods every trainer runs: pactrain's through its sync engine, the baselines through
+/// a gradient exchange.
+inline bool is_pactrain_method(const std::string& m) {
+  return m == "sparse" || m == "ternary" || m == "auto";
+}
+
+/// A method's name in the points and the report: PowerSGD's carries its rank (powersgd4) or
+/// M where it matches the sparse run's bytes.
+inline std::string method_label(const std::string& method, const std::string& powersgd_rank) {
+  if (method != "powersgd") return method;
+  return method + (powersgd_rank == "match" ? "M" : powersgd_rank);
+}
+
+/// Entries the pruned runs keep at the end: the prunable tensors' unpruned share (one global
+/// ranking), and every other tensor whole. Top-k's k.
+inline std::size_t kept_entries(const pactrain::param_layout& l, const std::vector<bool>& prunable,
+                                double sparsity) {
+  PACTRAIN_EXPECTS(prunable.size() == l.tensor_count(),
+                   "kept_entries: one prunable flag per tensor needed");
+  std::size_t pruned_over = 0;
+  std::size_t whole = 0;
+  for (std::size_t i = 0; i < l.tensor_count(); ++i)
+    (prunable[i] ? pruned_over : whole) += l.tensor(i).size;
+  return pruned_over - pactrain::pruned_count(pruned_over, sparsity) + whole;
+}
+
+/// What a baseline's name asks for: dense, fp16, topk (DGC with `k`, momentum and weight
+/// decay) or powersgd (rank `powersgd_rank`, or "match": the rank whose bytes come nearest k
+/// floats). Prints PowerSGD's rank on rank 0.
+inline std::unique_ptr<examples::gradient_exchange> make_exchange(
+    const std::string& method, const std::string& powersgd_rank, MPI_Comm comm,
+    const pactrain::param_layout& layout, std::size_t k, float momentum, float weight_decay,
+    std::uint64_t seed) {
+  const std::size_t n = layout.total_size();
+  if (method == "dense" || method == "fp16") return make_bench_exchange(method.c_str(), comm, n);
+  if (method == "topk") return std::make_unique<dgc_exchange>(comm, n, k, momentum, weight_decay);
+  PACTRAIN_EXPECTS(method == "powersgd", "make_exchange: unknown method '" + method + "'");
+  const std::size_t r = powersgd_rank == "match"
+                            ? powersgd::rank_for_bytes(layout, k * sizeof(float))
+                            : examples::to_count("--powersgd-rank", powersgd_rank);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) std::printf("powersgd rank %zu\n", r);
+  return std::make_unique<powersgd_exchange>(comm, layout, r, seed);
+}
+
+/// The first epoch (from 1) that starts at or after step `last_update`: the steady state of a
+/// pruned run, whose masks no longer change; the last epoch if none does.
+inline std::size_t steady_epoch(std::uint64_t last_update, std::size_t steps_per_epoch,
+                                int epochs) {
+  for (std::size_t e = 1; e <= static_cast<std::size_t>(epochs); ++e)
+    if ((e - 1) * steps_per_epoch >= last_update) return e;
+  return static_cast<std::size_t>(epochs);
+}
+
+/// What a point records besides the run's result.
+struct point_meta {
+  std::string trainer;  // fmnist_mlp, fmnist_cnn
+  std::string link;     // the testbed's rate, by name
+  std::uint64_t link_bits = 0;
+  std::string method;  // powersgd with its rank: powersgd4, powersgdM
+  int epochs = 0;
+  std::size_t global_batch = 0;  // samples per step over all ranks
+};
+
+/// The JSON point of a run; `steady` from steady_epoch.
+inline std::string point_json(const point_meta& m, const examples::train_result& r, int ranks,
+                              std::size_t steady) {
+  using examples::num;
+  double steady_seconds = 0;
+  for (std::size_t e = steady; e <= r.history.size(); ++e)
+    steady_seconds += r.history[e - 1].epoch_seconds;
+  const double steady_step =
+      steady_seconds / static_cast<double>((r.history.size() - steady + 1) * r.steps_per_epoch);
+  std::ostringstream j;
+  j << "{\"trainer\": \"" << m.trainer << "\", \"link\": \"" << m.link
+    << "\", \"link_bits\": " << m.link_bits << ", \"ranks\": " << ranks << ", \"method\": \""
+    << m.method << "\", \"epochs\": " << m.epochs << ", \"steps_per_epoch\": " << r.steps_per_epoch
+    << ", \"global_batch\": " << m.global_batch << ", \"samples_per_step\": " << m.global_batch
+    << ", \"final_accuracy\": " << num(r.test_accuracy)
+    << ", \"train_seconds\": " << num(r.train_seconds)
+    << ", \"total_seconds\": " << num(r.total_seconds)
+    << ", \"mean_bytes_per_step\": " << num(r.mean_bytes_per_step)
+    << ", \"final_bytes_per_step\": " << r.bytes_per_step
+    << ", \"dense_bytes_per_step\": " << r.dense_bytes_per_step
+    << ", \"collectives_per_step\": " << r.collectives_per_step
+    << ", \"steady_from_epoch\": " << steady << ", \"steady_step_seconds\": " << num(steady_step)
+    << ", \"weights_agree\": " << (r.weights_agree ? "true" : "false") << ", \"history\": [";
+  double wall = 0;
+  for (std::size_t i = 0; i < r.history.size(); ++i) {
+    const auto& e = r.history[i];
+    wall += e.epoch_seconds;
+    j << (i ? ", " : "") << "{\"epoch\": " << e.epoch << ", \"wall_seconds\": " << num(wall)
+      << ", \"test_accuracy\": " << num(e.test_accuracy)
+      << ", \"train_loss\": " << num(e.train_loss) << ", \"step_seconds\": " << num(e.step_seconds)
+      << ", \"bytes_per_step\": " << e.bytes_per_step << ", \"sparsity\": " << num(e.sparsity)
+      << "}";
+  }
+  j << "]}\n";
+  return j.str();
+}
+
+/// Writes `json` to `path` (on the calling rank); throws pactrain::error if it cannot.
+inline void write_point(const std::string& path, const std::string& json) {
+  std::ofstream f(path);
+  f << json;
+  if (!f) throw pactrain::error("cannot write " + path);
+  std::printf("point: %s\n", path.c_str());
+}
+
+}  // namespace e2e
