@@ -198,6 +198,10 @@ def model_section(points, results_dir):
             md.append(f"| {LINKS.get(link, link)} | {ranks} | {method} | {s * 1e3:.1f} | "
                       f"{t * 1e3:.1f} | {(t / s - 1) * 100:+.0f}% |")
         md.append("")
+        if not any(k[0] == trainer and k[2] == 2 and k[1] == "none" for k in points):
+            md.append(f"No projection for {trainer}: it takes compute from the unshaped 2-rank "
+                      "points (one rank per core), and none was run.\n")
+            continue
         for link in ("100mbit", "1gbit"):
             md.append(f"### {trainer}: projected samples/s at {LINKS[link]} (compute of one "
                       f"rank per core)\n")
