@@ -1,9 +1,8 @@
 // What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_cnn: the
 // LibTorch CNN) share: the gradient exchange a method's name asks for, Top-k's k, the steady
-// state of a run and the JSON point bench/e2e/report.py reads.
+// state of a run and the JSON point bench/e2e/report.py reads. The exchanges themselves
+// (baselines.hpp) are built in exchanges.cpp, so the programs do not compile them.
 #pragma once
-
-#include "baselines.hpp"
 
 #include "common/cli.hpp"
 #include "common/exchange.hpp"
@@ -100,22 +99,10 @@ inline std::size_t kept_entries(const pactrain::param_layout& l, const std::vect
 /// What a baseline's name asks for: dense, fp16, topk (DGC with `k`, momentum and weight
 /// decay) or powersgd (rank `powersgd_rank`, or "match": the rank whose bytes come nearest k
 /// floats). Prints PowerSGD's rank on rank 0.
-inline std::unique_ptr<examples::gradient_exchange> make_exchange(
+std::unique_ptr<examples::gradient_exchange> make_exchange(
     const std::string& method, const std::string& powersgd_rank, MPI_Comm comm,
     const pactrain::param_layout& layout, std::size_t k, float momentum, float weight_decay,
-    std::uint64_t seed) {
-  const std::size_t n = layout.total_size();
-  if (method == "dense" || method == "fp16") return make_bench_exchange(method.c_str(), comm, n);
-  if (method == "topk") return std::make_unique<dgc_exchange>(comm, n, k, momentum, weight_decay);
-  PACTRAIN_EXPECTS(method == "powersgd", "make_exchange: unknown method '" + method + "'");
-  const std::size_t r = powersgd_rank == "match"
-                            ? powersgd::rank_for_bytes(layout, k * sizeof(float))
-                            : examples::to_count("--powersgd-rank", powersgd_rank);
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) std::printf("powersgd rank %zu\n", r);
-  return std::make_unique<powersgd_exchange>(comm, layout, r, seed);
-}
+    std::uint64_t seed);  // exchanges.cpp, compiled once with the baselines
 
 /// The first epoch (from 1) that starts at or after step `last_update`: the steady state of a
 /// pruned run, whose masks no longer change; the last epoch if none does.
