@@ -75,12 +75,23 @@ function(pactrain_test_executable target stem subdir source)
     RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/${subdir}")
 endfunction()
 
-# pactrain_doctest_main(): the static library pactrain_doctest_main, doctest's implementation
-# and main() (tests/common/doctest_main.cpp), compiled once for every unit test.
+# pactrain_doctest_impl(): the static library pactrain_doctest_impl, doctest's implementation
+# (tests/common/doctest_impl.cpp), compiled once for every test main.
+function(pactrain_doctest_impl)
+  if(NOT TARGET pactrain_doctest_impl)
+    add_library(pactrain_doctest_impl STATIC "${PROJECT_SOURCE_DIR}/tests/common/doctest_impl.cpp")
+    target_link_libraries(pactrain_doctest_impl PUBLIC doctest::doctest)
+    pactrain_target_defaults(pactrain_doctest_impl)
+  endif()
+endfunction()
+
+# pactrain_doctest_main(): the static library pactrain_doctest_main, the unit tests' main()
+# (tests/common/doctest_main.cpp) with doctest's implementation, compiled once for all of them.
 function(pactrain_doctest_main)
   if(NOT TARGET pactrain_doctest_main)
+    pactrain_doctest_impl()
     add_library(pactrain_doctest_main STATIC "${PROJECT_SOURCE_DIR}/tests/common/doctest_main.cpp")
-    target_link_libraries(pactrain_doctest_main PUBLIC doctest::doctest)
+    target_link_libraries(pactrain_doctest_main PUBLIC pactrain_doctest_impl)
     pactrain_target_defaults(pactrain_doctest_main)
   endif()
 endfunction()

@@ -68,16 +68,12 @@ options parse(int argc, char** argv) {
   examples::parse_command_line(
       argc, argv, usage, o.cli, [&](const std::string& a, const std::string& v) {
         if (a == "--ternary-buckets") {
-          if (v != "per-tensor" && v != "one")
-            throw pactrain::error("--ternary-buckets: expected per-tensor or one, got '" + v + "'");
-          o.ternary_one_bucket = v == "one";
+          o.ternary_one_bucket =
+              examples::one_of<bool>(a, v, {{"one", true}, {"per-tensor", false}});
           return true;
         }
         if (a == "--ternary-scale") {
-          if (v != "current" && v != "previous")
-            throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
-          o.ternary_scale = v == "previous" ? pactrain::scale_source::previous_max
-                                            : pactrain::scale_source::current_max;
+          o.ternary_scale = examples::scale_source_option(a, v);
           return true;
         }
         return e2e::parse_run_option(a, v, o);

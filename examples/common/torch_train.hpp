@@ -230,10 +230,7 @@ constexpr const char* torch_cli_usage =
 inline bool parse_torch_option(const std::string& a, const std::string& v, torch_cli& c) {
   torch_run_options& r = c.run;
   if (a == "--mode") {
-    if (v != "all" && v != "both" && v != "dense" && v != "sparse" && v != "ternary")
-      throw pactrain::error("--mode: expected all, both, dense, sparse or ternary, got '" + v +
-                            "'");
-    c.mode = v;
+    c.mode = one_of(a, v, {"all", "both", "dense", "sparse", "ternary"});
   } else if (a == "--epochs") {
     r.epochs = static_cast<int>(to_count(a, v));
   } else if (a == "--batch") {
@@ -251,9 +248,7 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
   } else if (a == "--clip") {
     r.clip = to_double(a, v);
   } else if (a == "--fused") {
-    if (v != "on" && v != "off")
-      throw pactrain::error("--fused: expected on or off, got '" + v + "'");
-    r.fused = v == "on";
+    r.fused = on_off(a, v);
   } else if (a == "--sparsity") {
     c.sparsity = to_double(a, v);
   } else if (a == "--prune-window") {
@@ -264,9 +259,7 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
   } else if (a == "--prune-updates") {
     r.prune_updates = to_count(a, v);
   } else if (a == "--scope") {
-    if (v != "per-tensor" && v != "global")
-      throw pactrain::error("--scope: expected per-tensor or global, got '" + v + "'");
-    r.scope = v == "global" ? pactrain::pruning_scope::global : pactrain::pruning_scope::per_tensor;
+    r.scope = scope_option(a, v);
   } else if (a == "--ternary-block") {
     c.ternary_block = to_count(a, v);
   } else if (a == "--summary") {

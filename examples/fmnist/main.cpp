@@ -108,13 +108,9 @@ options parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (fm::parse_train_option(a, v, o.cfg)) continue;
     if (a == "--mode") {
-      if (v != "both" && v != "dense" && v != "sparse" && v != "ternary")
-        throw pactrain::error("--mode: expected both, dense, sparse or ternary, got '" + v + "'");
-      o.mode = v;
+      o.mode = examples::one_of(a, v, {"both", "dense", "sparse", "ternary"});
     } else if (a == "--codec") {
-      if (v != "none" && v != "ternary")
-        throw pactrain::error("--codec: expected none or ternary, got '" + v + "'");
-      o.ternary = v == "ternary";
+      o.ternary = examples::one_of<bool>(a, v, {{"ternary", true}, {"none", false}});
     } else if (a == "--sparsity") {
       o.sparsity = to_double(a, v);
     } else if (a == "--train-limit") {

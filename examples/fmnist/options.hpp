@@ -40,9 +40,7 @@ inline bool parse_train_option(const std::string& a, const std::string& v, train
   } else if (a == "--prune-updates") {
     cfg.prune_updates = to_count(a, v);
   } else if (a == "--scope") {
-    if (v != "global" && v != "per-tensor")
-      throw pactrain::error("--scope: expected global or per-tensor, got '" + v + "'");
-    cfg.scope = v == "global" ? pruning_scope::global : pruning_scope::per_tensor;
+    cfg.scope = ::examples::scope_option(a, v);
   } else if (a == "--hidden") {
     cfg.hidden.clear();
     for (const auto& h : ::examples::split(v, ',')) cfg.hidden.push_back(to_count(a, h));
@@ -53,13 +51,9 @@ inline bool parse_train_option(const std::string& a, const std::string& v, train
   } else if (a == "--ternary-block") {
     cfg.ternary_block = to_count(a, v);
   } else if (a == "--ternary-scale") {
-    if (v != "current" && v != "previous")
-      throw pactrain::error("--ternary-scale: expected current or previous, got '" + v + "'");
-    cfg.ternary_scale = v == "current" ? scale_source::current_max : scale_source::previous_max;
+    cfg.ternary_scale = ::examples::scale_source_option(a, v);
   } else if (a == "--overlap") {
-    if (v != "on" && v != "off")
-      throw pactrain::error("--overlap: expected on or off, got '" + v + "'");
-    cfg.overlap = v == "on";
+    cfg.overlap = ::examples::on_off(a, v);
   } else if (a == "--optimizer") {
     cfg.optimizer = optimizer_from_string(v);
   } else {

@@ -183,8 +183,7 @@ class host_compactor {
     plan_type p;
     p.size_ = mask.size();
     p.count_ = mask.count();
-    std::size_t runs = 0;
-    mask.for_each_run([&](std::size_t, std::size_t) { ++runs; });
+    const std::size_t runs = detail::run_count(mask);
     p.format_ = choose_format(p.size_, p.count_, runs);
     switch (p.format_) {
       case plan_format::bitmap:

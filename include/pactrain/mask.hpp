@@ -58,35 +58,56 @@ concept gradient_mask = std::regular<M> && requires(const M& m, std::size_t i, d
 
 namespace detail {
 
-/// Streams the entry-level 64-bit words of any mask, in order, from its runs: the canonical
-/// form that digests are defined on. O(size/64 + runs).
+/// Streams the entry-level 64-bit words of any mask, in order, from its runs (a bitmap's are
+/// its own): the canonical form that digests are defined on. O(size/64 + runs).
 template <class Mask, class F>
 void for_each_word(const Mask& m, F&& emit) {
-  const std::size_t nwords = words_for(m.size());
-  std::size_t wi = 0;
-  std::uint64_t cur = 0;
-  m.for_each_run([&](std::size_t begin, std::size_t len) {
-    std::size_t pos = begin;
-    const std::size_t end = begin + len;
-    while (pos < end) {
-      const std::size_t w = pos / 64;
-      while (wi < w) {
-        emit(cur);
-        cur = 0;
-        ++wi;
+  if constexpr (Mask::kind == mask_kind::bitmap) {
+    for (const std::uint64_t w : m.words()) emit(w);
+  } else {
+    const std::size_t nwords = words_for(m.size());
+    std::size_t wi = 0;
+    std::uint64_t cur = 0;
+    m.for_each_run([&](std::size_t begin, std::size_t len) {
+      std::size_t pos = begin;
+      const std::size_t end = begin + len;
+      while (pos < end) {
+        const std::size_t w = pos / 64;
+        while (wi < w) {
+          emit(cur);
+          cur = 0;
+          ++wi;
+        }
+        const unsigned lo = static_cast<unsigned>(pos % 64);
+        const std::size_t take = std::min<std::size_t>(64 - lo, end - pos);
+        const std::uint64_t bits = take == 64 ? ~0ULL : (((1ULL << take) - 1) << lo);
+        cur |= bits;
+        pos += take;
       }
-      const unsigned lo = static_cast<unsigned>(pos % 64);
-      const std::size_t take = std::min<std::size_t>(64 - lo, end - pos);
-      const std::uint64_t bits = take == 64 ? ~0ULL : (((1ULL << take) - 1) << lo);
-      cur |= bits;
-      pos += take;
+    });
+    while (wi < nwords) {
+      emit(cur);
+      cur = 0;
+      ++wi;
     }
-  });
-  while (wi < nwords) {
-    emit(cur);
-    cur = 0;
-    ++wi;
   }
+}
+
+/// The number of maximal runs of kept entries: a bitmap's from its words (a run starts at
+/// every kept bit whose predecessor is not kept), O(size/64); any other mask's from its runs.
+template <class Mask>
+std::size_t run_count(const Mask& m) {
+  std::size_t runs = 0;
+  if constexpr (Mask::kind == mask_kind::bitmap) {
+    std::uint64_t carry = 0;  // the last bit of the word before
+    for (const std::uint64_t w : m.words()) {
+      runs += static_cast<std::size_t>(std::popcount(w & ~((w << 1) | carry)));
+      carry = w >> 63;
+    }
+  } else {
+    m.for_each_run([&](std::size_t, std::size_t) { ++runs; });
+  }
+  return runs;
 }
 
 /// The digest of a mask: its size, then its canonical words.

@@ -1,8 +1,8 @@
 // The main() of the single-process device tests (tests/cuda/*_test.cu, except the MPI one,
 // which uses tests/mpi/mpi_doctest_main.cpp): exits with 77, which ctest reports as skipped,
-// when no CUDA device is usable, and runs doctest otherwise. Compiled once by the host
-// compiler, so that no nvcc-compiled test compiles doctest's implementation.
-#define DOCTEST_CONFIG_IMPLEMENT
+// when no CUDA device is usable, and runs doctest otherwise. Compiled by the host compiler, with
+// doctest's implementation from tests/common/doctest_impl.cpp, so that no nvcc-compiled test
+// compiles it.
 #include <doctest/doctest.h>
 
 #include <pactrain/detail/cuda_runtime.hpp>

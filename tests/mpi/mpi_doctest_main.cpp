@@ -12,7 +12,6 @@
 // Every rank must run the same test cases in the same order, and a test must reach the same
 // collectives on every rank: check with CHECK before a collective, not REQUIRE, or a failure on
 // one rank leaves the others waiting until the ctest timeout.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
 

@@ -57,6 +57,24 @@ TEST_CASE("bitmap_mask counts, tests, ranks and runs") {
   }
 }
 
+TEST_CASE("a bitmap's run count and canonical words are those its runs give") {
+  for (std::size_t n : test::sizes) {
+    for (double d : test::densities) {
+      CAPTURE(n);
+      CAPTURE(d);
+      const auto m = test::random_mask(n, d, 11);
+      CHECK(detail::run_count(m) == runs_of(m).size());
+      const index_mask same = index_mask::from_mask(m);  // words rebuilt from runs
+      CHECK(detail::run_count(same) == runs_of(m).size());
+      std::vector<std::uint64_t> from_bitmap;
+      std::vector<std::uint64_t> from_runs;
+      detail::for_each_word(m, [&](std::uint64_t w) { from_bitmap.push_back(w); });
+      detail::for_each_word(same, [&](std::uint64_t w) { from_runs.push_back(w); });
+      CHECK(from_bitmap == from_runs);
+    }
+  }
+}
+
 TEST_CASE("full and none") {
   for (std::size_t n : test::sizes) {
     CHECK(bitmap_mask::full(n).count() == n);

@@ -1,12 +1,15 @@
-// What the trainers report (examples/common/run_report.hpp) and their learning-rate shape
-// (examples/common/lr_schedule.hpp): JSON summaries stay valid JSON when a value is not
-// finite, carry the quality keys of their metric, and the schedule's factors.
+// What the trainers report (examples/common/run_report.hpp), their learning-rate shape
+// (examples/common/lr_schedule.hpp) and how they read options (examples/common/cli.hpp): JSON
+// summaries stay valid JSON when a value is not finite, carry the quality keys of their
+// metric, the schedule's factors, and option values other than those expected are refused
+// with a message that names the option.
 //
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_unit_examples_report_test
 //   build/examples/fmnist/tests/unit/examples_report_test
 #include <doctest/doctest.h>
 
+#include "common/cli.hpp"
 #include "common/lr_schedule.hpp"
 #include "common/run_report.hpp"
 
@@ -119,4 +122,33 @@ TEST_CASE("the learning-rate shape: warm-up, hold, cosine, and the rewind after 
   const pactrain::gradual_schedule g = pactrain::gradual_schedule::over_run(n, 0.1, 0.5, 0.9, 4);
   CHECK(examples::last_mask_update(g, n) == 50);
   CHECK(examples::last_mask_update(g, 40) == 40);
+}
+
+TEST_CASE("option values: numbers and named choices, anything else refused naming the option") {
+  CHECK(examples::to_count("--n", "42") == 42);
+  CHECK(examples::to_double("--x", "0.25") == 0.25);
+  CHECK_THROWS_WITH_AS(examples::to_count("--n", "-1"), "--n: not a non-negative integer: '-1'",
+                       pactrain::error);
+  CHECK_THROWS_WITH_AS(examples::to_count("--n", "4x"), "--n: not a non-negative integer: '4x'",
+                       pactrain::error);
+  CHECK_THROWS_WITH_AS(examples::to_double("--x", ""), "--x: not a number: ''", pactrain::error);
+
+  CHECK(examples::one_of("--mode", "sparse", {"dense", "sparse", "ternary"}) == "sparse");
+  CHECK_THROWS_WITH_AS(examples::one_of("--mode", "Sparse", {"dense", "sparse", "ternary"}),
+                       "--mode: expected dense, sparse or ternary, got 'Sparse'", pactrain::error);
+  CHECK(examples::on_off("--fused", "on"));
+  CHECK_FALSE(examples::on_off("--fused", "off"));
+  CHECK_THROWS_WITH_AS(examples::on_off("--fused", "yes"), "--fused: expected on or off, got 'yes'",
+                       pactrain::error);
+  CHECK(examples::scope_option("--scope", "global") == pactrain::pruning_scope::global);
+  CHECK(examples::scope_option("--scope", "per-tensor") == pactrain::pruning_scope::per_tensor);
+  CHECK_THROWS_WITH_AS(examples::scope_option("--scope", ""),
+                       "--scope: expected global or per-tensor, got ''", pactrain::error);
+  CHECK(examples::scale_source_option("--ternary-scale", "previous") ==
+        pactrain::scale_source::previous_max);
+  CHECK(examples::scale_source_option("--ternary-scale", "current") ==
+        pactrain::scale_source::current_max);
+  // One choice: no list separators.
+  CHECK_THROWS_WITH_AS(examples::one_of<int>("--k", "2", {{"1", 1}}), "--k: expected 1, got '2'",
+                       pactrain::error);
 }

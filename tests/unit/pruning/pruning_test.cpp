@@ -7,6 +7,7 @@
 #include "common/test_data.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -232,6 +233,32 @@ TEST_CASE("gradual schedule follows the cubic formula, with a dense warm-up") {
   CHECK_FALSE(o.is_update_step(6));
 }
 
+TEST_CASE("apply_masks: kept entries untouched, pruned ones +0, bitmap and run by run alike") {
+  for (const std::size_t n : test::sizes) {
+    for (const double d : test::densities) {
+      CAPTURE(n);
+      CAPTURE(d);
+      param_layout l;
+      l.add("t", n);
+      const auto m = test::random_mask(n, d, 3);
+      auto x = test::values<float>(n, 6);
+      for (std::size_t i = 0; i < n; i += 5) x[i] = i % 2 == 0 ? -0.0f : std::nanf("");
+      const auto original = x;
+      auto by_runs = x;
+      apply_masks(l, std::vector<bitmap_mask>{m}, std::span<float>(x));
+      apply_masks(l, std::vector<index_mask>{index_mask::from_mask(m)}, std::span<float>(by_runs));
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto before = std::bit_cast<std::uint32_t>(by_runs[i]);
+        const auto after = std::bit_cast<std::uint32_t>(x[i]);
+        const auto kept = std::bit_cast<std::uint32_t>(original[i]);
+        wrong += after != before || after != (m.test(i) ? kept : 0U);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 TEST_CASE("the pruner commits masks at update steps; apply_masks zeroes weights and momentum") {
   const auto l = model();
   loop_sync s{loopback_communicator{}, l};
@@ -369,4 +396,18 @@ TEST_CASE("selection of the highest scores: radix (large n) and nth_element agre
     check_selection(d);
     check_selection(u);
   }
+  // Radix selection digit by digit: all keys equal (no digit narrows them down), and keys that
+  // differ only in their lowest bits (every digit of the threshold is needed).
+  const std::size_t n = 9000;
+  check_selection(std::vector<float>(n, 0.5f));
+  std::vector<float> close(n);
+  std::vector<std::uint64_t> close_u(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t h = test::mix(i);
+    close[i] =
+        std::bit_cast<float>(std::uint32_t{0x3f800000} + static_cast<std::uint32_t>(h % 700));
+    close_u[i] = (std::uint64_t{1} << 63) + h % 300;
+  }
+  check_selection(close);
+  check_selection(close_u);
 }
