@@ -144,6 +144,7 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
     << ", \"final_bytes_per_step\": " << r.bytes_per_step
     << ", \"dense_bytes_per_step\": " << r.dense_bytes_per_step
     << ", \"collectives_per_step\": " << r.collectives_per_step
+    << ", \"prune_seconds_per_step\": " << num(r.prune_seconds)
     << ", \"steady_from_epoch\": " << steady << ", \"steady_step_seconds\": " << num(steady_step)
     << ", \"weights_agree\": " << (r.weights_agree ? "true" : "false") << ", \"history\": [";
   double wall = 0;

@@ -124,8 +124,8 @@ def group_table(group, target):
     """The table of one (trainer, link, ranks) group, one row per method."""
     dense_tp = throughput(group["dense"]) if "dense" in group else None
     rows = ["| method | steady samples/s | x dense | step ms | bytes/step (final, kB) | "
-            "final acc (%) | time to target (s) | whole run (s) |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|"]
+            "final acc (%) | time to target (s) | whole run (s) | mask updates (% of run) |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for m in sorted(group, key=method_order):
         p = group[m]
         tp = throughput(p)
@@ -138,8 +138,18 @@ def group_table(group, target):
             num(step and step * 1e3, ".1f"), num(kb and kb / 1e3, ".1f"),
             num(acc and acc * 100, ".1f"),
             num(time_to_target(p, target), ".1f", "not reached" if target is not None else "—"),
-            num(p.get("total_seconds"), ".1f")]) + " |")
+            num(p.get("total_seconds"), ".1f"), num(mask_update_share(p, m), ".1f")]) + " |")
     return rows
+
+
+def mask_update_share(p, method):
+    """Percent of the run's training time in mask updates (pactrain's methods; points that
+    record it)."""
+    per_step = p.get("prune_seconds_per_step")
+    if method not in PACTRAIN or per_step is None or not p.get("train_seconds"):
+        return None
+    steps = p["steps_per_epoch"] * p["epochs"]
+    return 100.0 * per_step * steps / p["train_seconds"]
 
 
 def fallback_note(group, method, target):
