@@ -58,11 +58,18 @@ concept gradient_mask = std::regular<M> && requires(const M& m, std::size_t i, d
 
 namespace detail {
 
-/// Streams the entry-level 64-bit words of any mask, in order, from its runs (a bitmap's are
-/// its own): the canonical form that digests are defined on. O(size/64 + runs).
+/// A bitmap mask whose words() are the canonical words (bit i % 64 of word i / 64 is entry i,
+/// the bits past size() zero), which the helpers below read directly.
+template <class M>
+concept word_bitmap = (M::kind == mask_kind::bitmap) && requires(const M& m) {
+  { m.words() } -> std::convertible_to<std::span<const std::uint64_t>>;
+};
+
+/// Streams the entry-level 64-bit words of any mask, in order, from its runs (a word_bitmap's
+/// are its own): the canonical form that digests are defined on. O(size/64 + runs).
 template <class Mask, class F>
 void for_each_word(const Mask& m, F&& emit) {
-  if constexpr (Mask::kind == mask_kind::bitmap) {
+  if constexpr (word_bitmap<Mask>) {
     for (const std::uint64_t w : m.words()) emit(w);
   } else {
     const std::size_t nwords = words_for(m.size());
@@ -93,12 +100,12 @@ void for_each_word(const Mask& m, F&& emit) {
   }
 }
 
-/// The number of maximal runs of kept entries: a bitmap's from its words (a run starts at
+/// The number of maximal runs of kept entries: a word_bitmap's from its words (a run starts at
 /// every kept bit whose predecessor is not kept), O(size/64); any other mask's from its runs.
 template <class Mask>
 std::size_t run_count(const Mask& m) {
   std::size_t runs = 0;
-  if constexpr (Mask::kind == mask_kind::bitmap) {
+  if constexpr (word_bitmap<Mask>) {
     std::uint64_t carry = 0;  // the last bit of the word before
     for (const std::uint64_t w : m.words()) {
       runs += static_cast<std::size_t>(std::popcount(w & ~((w << 1) | carry)));
