@@ -1,7 +1,8 @@
-// What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_cnn: the
-// LibTorch CNN) share: the gradient exchange a method's name asks for, Top-k's k, the steady
-// state of a run and the JSON point bench/e2e/report.py reads. The exchanges themselves
-// (baselines.hpp) are built in exchanges.cpp, so the programs do not compile them.
+// What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_cnn and
+// pactrain_e2e_lm: the LibTorch CNN and language model) share: the gradient exchange a method's
+// name asks for, Top-k's k, the steady state of a run and the JSON point bench/e2e/report.py reads.
+// The exchanges themselves (baselines.hpp) are built in exchanges.cpp, so the programs do not
+// compile them.
 #pragma once
 
 #include "common/cli.hpp"
@@ -115,18 +116,24 @@ inline std::size_t steady_epoch(std::uint64_t last_update, std::size_t steps_per
 
 /// What a point records besides the run's result.
 struct point_meta {
-  std::string trainer;  // fmnist_mlp, fmnist_cnn
+  std::string trainer;  // fmnist_mlp, fmnist_cnn, fortunes_lm
   std::string link;     // the testbed's rate, by name
   std::uint64_t link_bits = 0;
   std::string method;  // powersgd with its rank: powersgd4, powersgdM
   int epochs = 0;
-  std::size_t global_batch = 0;  // samples per step over all ranks
+  std::size_t global_batch = 0;  // samples (language model: windows) per step over all ranks
+  // Throughput's unit per step over all ranks: global_batch samples, or the language model's
+  // predicted bytes (tokens).
+  std::size_t units_per_step = 0;  // 0: global_batch
+  const char* unit = "samples";
+  examples::metric quality = examples::metric::accuracy;
 };
 
 /// The JSON point of a run; `steady` from steady_epoch.
 inline std::string point_json(const point_meta& m, const examples::train_result& r, int ranks,
                               std::size_t steady) {
   using examples::num;
+  const bool accuracy = m.quality == examples::metric::accuracy;
   double steady_seconds = 0;
   for (std::size_t e = steady; e <= r.history.size(); ++e)
     steady_seconds += r.history[e - 1].epoch_seconds;
@@ -136,8 +143,12 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
   j << "{\"trainer\": \"" << m.trainer << "\", \"link\": \"" << m.link
     << "\", \"link_bits\": " << m.link_bits << ", \"ranks\": " << ranks << ", \"method\": \""
     << m.method << "\", \"epochs\": " << m.epochs << ", \"steps_per_epoch\": " << r.steps_per_epoch
-    << ", \"global_batch\": " << m.global_batch << ", \"samples_per_step\": " << m.global_batch
-    << ", \"final_accuracy\": " << num(r.test_accuracy)
+    << ", \"global_batch\": " << m.global_batch
+    << ", \"samples_per_step\": " << (m.units_per_step ? m.units_per_step : m.global_batch)
+    << ", \"unit\": \"" << m.unit << "\", \"metric\": \""
+    << (accuracy ? "accuracy" : "bits_per_byte") << "\", "
+    << (accuracy ? "\"final_accuracy\": " : "\"final_bits_per_byte\": ")
+    << num(accuracy ? r.test_accuracy : r.val_bpb)
     << ", \"train_seconds\": " << num(r.train_seconds)
     << ", \"total_seconds\": " << num(r.total_seconds)
     << ", \"mean_bytes_per_step\": " << num(r.mean_bytes_per_step)
@@ -152,8 +163,9 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
     const auto& e = r.history[i];
     wall += e.epoch_seconds;
     j << (i ? ", " : "") << "{\"epoch\": " << e.epoch << ", \"wall_seconds\": " << num(wall)
-      << ", \"test_accuracy\": " << num(e.test_accuracy)
-      << ", \"train_loss\": " << num(e.train_loss) << ", \"step_seconds\": " << num(e.step_seconds)
+      << (accuracy ? ", \"test_accuracy\": " : ", \"val_bits_per_byte\": ")
+      << num(accuracy ? e.test_accuracy : e.val_bpb) << ", \"train_loss\": " << num(e.train_loss)
+      << ", \"step_seconds\": " << num(e.step_seconds)
       << ", \"bytes_per_step\": " << e.bytes_per_step << ", \"sparsity\": " << num(e.sparsity)
       << "}";
   }

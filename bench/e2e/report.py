@@ -25,8 +25,59 @@ METHODS = ("dense",) + PACTRAIN + BASELINES
 LINKS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "none": "unshaped"}
 COLOURS = {"dense": "black", "sparse": "#d62728", "ternary": "#ff7f0e", "auto": "#8c2d04",
            "topk": "#1f77b4", "powersgd4": "#2ca02c", "powersgdM": "#17becf", "fp16": "#9467bd"}
-TARGET_DROP = 0.01  # the target accuracy is one point below dense's final accuracy
-NOT_RUN = {"fmnist_cnn": {"auto"}}  # methods a trainer does not have (its loop has no tuner)
+# Methods a trainer does not have (the LibTorch loop has no strategy tuner).
+NOT_RUN = {"fmnist_cnn": {"auto"}, "fortunes_lm": {"auto"}}
+
+
+class Quality:
+    """A trainer's quality measure, from its points' "metric": test accuracy (higher is better;
+    the target is dense's final accuracy less one point) or validation bits per byte (lower is
+    better; the target is dense's final value plus 3%)."""
+
+    def __init__(self, metric):
+        self.accuracy = metric != "bits_per_byte"
+        self.final_key = "final_accuracy" if self.accuracy else "final_bits_per_byte"
+        self.history_key = "test_accuracy" if self.accuracy else "val_bits_per_byte"
+        self.column = "final acc (%)" if self.accuracy else "final bits/byte"
+        self.axis = "test accuracy (%)" if self.accuracy else "validation bits per byte"
+
+    def target(self, dense_final):
+        return dense_final - 0.01 if self.accuracy else dense_final * 1.03
+
+    def reached(self, value, target):
+        return value >= target if self.accuracy else value <= target
+
+    def better(self, a, b):
+        """Whether final value a is better than b."""
+        return a > b if self.accuracy else a < b
+
+    def shown(self, value):
+        """A value as the tables and plots show it (accuracy in percent)."""
+        return None if value is None else value * 100 if self.accuracy else value
+
+    def fmt(self, value):
+        return num(self.shown(value), ".1f" if self.accuracy else ".3f")
+
+    def describe(self, value):
+        """A value in words."""
+        return f"{self.fmt(value)}%" if self.accuracy else f"{self.fmt(value)} bits/byte"
+
+    def target_words(self, target):
+        return (f"target accuracy {self.describe(target)}" if self.accuracy else
+                f"target {self.describe(target)}")
+
+
+def quality_of(group_or_point):
+    """The Quality of a point, or of any point of a {method: point} group."""
+    p = group_or_point
+    if "trainer" not in p:
+        p = next(iter(p.values()))
+    return Quality(p.get("metric", "accuracy"))
+
+
+def unit_of(p):
+    """What throughput counts: samples, or the language model's tokens."""
+    return p.get("unit", "samples")
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -75,7 +126,7 @@ def missing_points(points):
 
 
 def throughput(p):
-    """Steady samples per second, or None."""
+    """Steady samples (or tokens) per second, or None."""
     s, t = p.get("samples_per_step"), p.get("steady_step_seconds")
     return s / t if s and t else None
 
@@ -84,23 +135,25 @@ def time_to_target(p, target):
     """Cumulative training wall time at the end of the first epoch reaching the target, or None."""
     if target is None:
         return None
+    q = quality_of(p)
     for h in sorted(p.get("history", []), key=lambda h: h.get("epoch", 0)):
-        acc = h.get("test_accuracy")
-        if acc is not None and acc >= target:
+        v = h.get(q.history_key)
+        if v is not None and q.reached(v, target):
             return h.get("wall_seconds")
     return None
 
 
 def target_of(group):
+    q = quality_of(group)
     dense = group.get("dense")
-    if dense is None or dense.get("final_accuracy") is None:
+    if dense is None or dense.get(q.final_key) is None:
         return None
-    return dense["final_accuracy"] - TARGET_DROP
+    return q.target(dense[q.final_key])
 
 
 def best_of(group, methods, target):
     """(method, time to target, reached) of the method reaching the target first; where none
-    reaches it, the one with the best final accuracy and reached False. None if none ran."""
+    reaches it, the one with the best final quality and reached False. None if none ran."""
     present = [m for m in methods if m in group]
     reached = [(time_to_target(group[m], target), m) for m in present]
     reached = [(t, m) for t, m in reached if t is not None]
@@ -109,8 +162,13 @@ def best_of(group, methods, target):
         return m, t, True
     if not present:
         return None
-    m = max(present, key=lambda m: group[m].get("final_accuracy") or 0.0)
-    return m, None, False
+    q = quality_of(group)
+    best = None
+    for m in present:
+        v = group[m].get(q.final_key)
+        if v is not None and (best is None or q.better(v, group[best][q.final_key])):
+            best = m
+    return best or present[0], None, False
 
 
 # --- Markdown -----------------------------------------------------------------------------------
@@ -123,8 +181,10 @@ def num(v, fmt, none="—"):
 def group_table(group, target):
     """The table of one (trainer, link, ranks) group, one row per method."""
     dense_tp = throughput(group["dense"]) if "dense" in group else None
-    rows = ["| method | steady samples/s | x dense | step ms | bytes/step (final, kB) | "
-            "final acc (%) | time to target (s) | whole run (s) | mask updates (% of run) |",
+    q = quality_of(group)
+    unit = unit_of(next(iter(group.values())))
+    rows = [f"| method | steady {unit}/s | x dense | step ms | bytes/step (final, kB) | "
+            f"{q.column} | time to target (s) | whole run (s) | mask updates (% of run) |",
             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for m in sorted(group, key=method_order):
         p = group[m]
@@ -132,11 +192,10 @@ def group_table(group, target):
         ratio = tp / dense_tp if tp and dense_tp else None
         step = p.get("steady_step_seconds")
         kb = p.get("final_bytes_per_step")
-        acc = p.get("final_accuracy")
         rows.append(" | ".join([
             f"| {m}", num(tp, ".0f"), num(ratio, ".2f") + ("x" if ratio else ""),
             num(step and step * 1e3, ".1f"), num(kb and kb / 1e3, ".1f"),
-            num(acc and acc * 100, ".1f"),
+            q.fmt(p.get(q.final_key)),
             num(time_to_target(p, target), ".1f", "not reached" if target is not None else "—"),
             num(p.get("total_seconds"), ".1f"), num(mask_update_share(p, m), ".1f")]) + " |")
     return rows
@@ -155,9 +214,9 @@ def mask_update_share(p, method):
 def fallback_note(group, method, target):
     """Why a best method was chosen by final accuracy rather than by time to target."""
     if target is None:
-        return "no dense point, so no target; best final accuracy"
-    acc = group[method].get("final_accuracy")
-    return f"none reached the target; best final accuracy, {num(acc and acc * 100, '.1f')}%"
+        return "no dense point, so no target; best final quality"
+    q = quality_of(group)
+    return f"none reached the target; best final, {q.describe(group[method].get(q.final_key))}"
 
 
 def summary_row(trainer, ranks, link, group, target):
@@ -213,7 +272,8 @@ def model_section(points, results_dir):
                       "points (one rank per core), and none was run.\n")
             continue
         for link in ("100mbit", "1gbit"):
-            md.append(f"### {trainer}: projected samples/s at {LINKS[link]} (compute of one "
+            unit = unit_of(next(p for k, p in points.items() if k[0] == trainer))
+            md.append(f"### {trainer}: projected {unit}/s at {LINKS[link]} (compute of one "
                       f"rank per core)\n")
             methods = sorted({k[3] for k in points if k[0] == trainer}, key=method_order)
             md.append("| workers | " + " | ".join(methods) + " |")
@@ -227,7 +287,7 @@ def model_section(points, results_dir):
 
 
 def batch_of(points, trainer):
-    """Samples per worker per step."""
+    """Samples (or tokens) per worker per step."""
     p = next(p for k, p in points.items() if k[0] == trainer)
     return p["samples_per_step"] / p["ranks"]
 
@@ -236,17 +296,19 @@ def markdown(points, bad, machine, pngs, out_dir, results_dir):
     md = ["# End-to-end training: pactrain against dense and compression-enabled baselines\n",
           f"**Machine:** {machine or 'not given (pass --machine)'}\n",
           "Generated by `bench/e2e/report.py` from `bench/results/e2e/*.json`; do not edit by "
-          "hand. Steady throughput is samples per step over the step time measured from the "
-          "steady epoch (`steady_from_epoch`) on; `x dense` is against the blocking ring "
-          "allreduce (`dense`) at the same link and ranks. The target accuracy is dense's final "
-          "accuracy less one point; time to target is the training wall time (evaluation "
-          "excluded) at the end of the first epoch reaching it. kB = 1000 bytes.\n"]
+          "hand. Steady throughput is samples (the language model: predicted bytes, tokens) per "
+          "step over the step time measured from the steady epoch (`steady_from_epoch`) on; "
+          "`x dense` is against the blocking ring allreduce (`dense`) at the same link and "
+          "ranks. The target is dense's final accuracy less one point (the language model: "
+          "dense's final validation bits per byte plus 3%); time to target is the training wall "
+          "time (evaluation excluded) at the end of the first epoch reaching it. "
+          "kB = 1000 bytes.\n"]
     summary = []
     for (trainer, ranks), by_link in groups(points).items():
         md.append(f"## {trainer}, {ranks} ranks\n")
         for link, group in by_link.items():
             target = target_of(group)
-            tgt = (f"target accuracy {target * 100:.1f}%" if target is not None
+            tgt = (quality_of(group).target_words(target) if target is not None
                    else "no dense point, no target")
             md.append(f"### {LINKS.get(link, link)} links ({tgt})\n")
             md.extend(group_table(group, target) + [""])
@@ -331,8 +393,9 @@ def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
         return []
     png = os.path.join(plots, f"e2e_throughput_{trainer}_np{ranks}.png")
     tics = ", ".join(f"'{LINKS.get(l, l)}' {i}" for i, l in enumerate(links))
+    unit = unit_of(next(iter(next(iter(by_link.values())).values())))
     script = (header(term, png, f"{trainer}, {ranks} ranks: steady throughput", "link",
-                     "samples/s (steady)") +
+                     f"{unit}/s (steady)") +
               f"set logscale y\nset xtics ({tics})\nset xrange [-0.3:{len(links) - 0.7}]\n"
               "plot " + ", ".join(lines) + "\n")
     return [png] if run_gnuplot(exe, script, png) else []
@@ -340,11 +403,12 @@ def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
 
 def plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group):
     target = target_of(group)
+    q = quality_of(group)
     lines, end = [], 0.0
     for m in sorted(group, key=method_order):
         hist = sorted(group[m].get("history", []), key=lambda h: h.get("epoch", 0))
-        rows = [(h["wall_seconds"], h["test_accuracy"] * 100) for h in hist
-                if h.get("wall_seconds") is not None and h.get("test_accuracy") is not None]
+        rows = [(h["wall_seconds"], q.shown(h[q.history_key])) for h in hist
+                if h.get("wall_seconds") is not None and h.get(q.history_key) is not None]
         if rows:  # the run starts at wall time 0 with no accuracy measured yet
             lines.append(method_line(tmp, f"acc_{trainer}_{link}_{ranks}_{m}", m,
                                      [(0, "NaN")] + rows))
@@ -353,12 +417,13 @@ def plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group):
         return []
     if target is not None:  # drawn from data, so that it spans the whole x range
         path = write_data(tmp, f"target_{trainer}_{link}_{ranks}",
-                          [(0, target * 100), (end, target * 100)])
+                          [(0, q.shown(target)), (end, q.shown(target))])
         lines.append(f"'{path}' using 1:2 with lines dt 2 lw 2 lc rgb 'gray40' "
-                     f"title 'target {target * 100:.1f}%'")
+                     f"title 'target {q.describe(target)}'")
     png = os.path.join(plots, f"e2e_accuracy_{trainer}_{link}_np{ranks}.png")
-    title = f"{trainer}, {ranks} ranks, {LINKS.get(link, link)} links: accuracy over time"
-    script = (header(term, png, title, "training wall-clock seconds", "test accuracy (%)") +
+    what = "accuracy" if q.accuracy else "validation bits per byte"
+    title = f"{trainer}, {ranks} ranks, {LINKS.get(link, link)} links: {what} over time"
+    script = (header(term, png, title, "training wall-clock seconds", q.axis) +
               f"set xrange [0:{end * 1.02}]\nplot " + ", ".join(lines) + "\n")
     return [png] if run_gnuplot(exe, script, png) else []
 
@@ -373,8 +438,9 @@ def plot_projection(exe, term, tmp, plots, points, trainer, link, results_dir):
     if not lines:
         return []
     png = os.path.join(plots, f"e2e_projection_{trainer}_{link}.png")
+    unit = unit_of(next(p for k, p in points.items() if k[0] == trainer))
     script = (header(term, png, f"{trainer}, {LINKS[link]} links: projected throughput",
-                     "workers", "samples/s (model)") +
+                     "workers", f"{unit}/s (model)") +
               "set logscale xy\nset xtics (8, 32, 128, 512, 1024)\nplot " + ", ".join(lines) +
               "\n")
     return [png] if run_gnuplot(exe, script, png) else []

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The end-to-end training grid behind bench/results/e2e.md: the Fashion-MNIST MLP and the
-# LibTorch CNN trained with each method (pactrain's and the baselines', see bench/e2e/main.cpp
-# and cnn_main.cpp) on the bandwidth-shaped testbed (bench/netbed), one JSON point per run in
+# The end-to-end training grid behind bench/results/e2e.md: the Fashion-MNIST MLP, the LibTorch
+# CNN and the LibTorch language model trained with each method (pactrain's and the baselines',
+# see bench/e2e/main.cpp, cnn_main.cpp and lm_main.cpp) on the bandwidth-shaped testbed (bench/netbed), one JSON point per run in
 # bench/results/e2e/, then the report and plots (bench/e2e/report.py).
 #
 #   bench/e2e/run.sh          # as root, from anywhere; resumable: points already there are kept
 #
 # Environment (defaults in brackets):
 #   PACTRAIN_BUILD_DIR     build directory [build]
-#   PACTRAIN_E2E_TRAINERS  mlp (pactrain_e2e), cnn (pactrain_e2e_cnn, needs LibTorch) [mlp cnn]
+#   PACTRAIN_E2E_TRAINERS  mlp (pactrain_e2e), cnn (pactrain_e2e_cnn), lm (pactrain_e2e_lm; the
+#                          last two need LibTorch) [mlp cnn lm]
 #   PACTRAIN_E2E_LINKS     link rates [100mbit 1gbit none]
 #   PACTRAIN_E2E_RANKS     rank counts [4 2]
 #   PACTRAIN_E2E_METHODS   [dense sparse ternary auto topk powersgd4 powersgdM fp16; the CNN
-#                          skips auto, which its LibTorch loop does not have]
-#   PACTRAIN_E2E_EPOCHS    epochs of every run [6]
+#                          and the language model skip auto, which the LibTorch loop does not
+#                          have]
+#   PACTRAIN_E2E_EPOCHS    epochs of every run [each program's: 6, 6 and 4]
 #   PACTRAIN_E2E_RESULTS   where the points go [bench/results/e2e]
 #   PACTRAIN_E2E_MACHINE   the machine line of the report [this machine's CPU and cores]
 #   PACTRAIN_REPORT_ONLY=1 only rebuild the report and plots from the points present
@@ -22,11 +24,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${PACTRAIN_BUILD_DIR:-build}
 results=${PACTRAIN_E2E_RESULTS:-bench/results/e2e}
-read -r -a trainers <<< "${PACTRAIN_E2E_TRAINERS:-mlp cnn}"
+read -r -a trainers <<< "${PACTRAIN_E2E_TRAINERS:-mlp cnn lm}"
 read -r -a links <<< "${PACTRAIN_E2E_LINKS:-100mbit 1gbit none}"
 read -r -a ranks_list <<< "${PACTRAIN_E2E_RANKS:-4 2}"
 read -r -a methods <<< "${PACTRAIN_E2E_METHODS:-dense sparse ternary auto topk powersgd4 powersgdM fp16}"
-epochs=${PACTRAIN_E2E_EPOCHS:-6}
+epochs=()
+[[ -n ${PACTRAIN_E2E_EPOCHS:-} ]] && epochs=(--epochs "$PACTRAIN_E2E_EPOCHS")
 
 link_bits() {
   case "$1" in
@@ -46,13 +49,24 @@ method_args() {  # the pactrain_e2e arguments of a method's name
   esac
 }
 
-# The program and point prefix of a trainer.
+# The program of a trainer, and the trainer's name in the points.
 trainer_program() {
   case "$1" in
     mlp) echo pactrain_e2e ;;
     cnn) echo pactrain_e2e_cnn ;;
-    *) echo "e2e/run.sh: unknown trainer '$1' (mlp or cnn)" >&2; exit 1 ;;
+    lm) echo pactrain_e2e_lm ;;
+    *) echo "e2e/run.sh: unknown trainer '$1' (mlp, cnn or lm)" >&2; exit 1 ;;
   esac
+}
+trainer_name() {
+  case "$1" in
+    lm) echo fortunes_lm ;;
+    *) echo "fmnist_$1" ;;
+  esac
+}
+# Whether a trainer has a method: the LibTorch loop has no strategy tuner (auto).
+has_method() {
+  [[ $1 == mlp || $2 != auto ]]
 }
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
@@ -66,7 +80,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   total=0
   for t in "${trainers[@]}"; do
     for m in "${methods[@]}"; do
-      [[ $t == cnn && $m == auto ]] || total=$((total + ${#links[@]} * ${#ranks_list[@]}))
+      ! has_method "$t" "$m" || total=$((total + ${#links[@]} * ${#ranks_list[@]}))
     done
   done
   i=0
@@ -77,9 +91,9 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
       exe=$(cd "$build/bench" && pwd)/$(trainer_program "$t")
       for np in "${ranks_list[@]}"; do
         for m in "${methods[@]}"; do
-          [[ $t == cnn && $m == auto ]] && continue
+          has_method "$t" "$m" || continue
           i=$((i + 1))
-          out=$results/fmnist_${t}_${link}_np${np}_${m}.json
+          out=$results/$(trainer_name "$t")_${link}_np${np}_${m}.json
           if [[ -f $out ]]; then
             echo "[$i/$total] $t, $link, $np ranks, $m: kept from an earlier run"
             continue
@@ -90,7 +104,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
           fi
           echo "[$i/$total] $t, $link, $np ranks, $m ($((SECONDS - start)) s so far)"
           # shellcheck disable=SC2046 # method_args prints separate words
-          if pactrain_netbed_run 1800 "$np" -- "$exe" $(method_args "$m") --epochs "$epochs" \
+          if pactrain_netbed_run 1800 "$np" -- "$exe" $(method_args "$m") "${epochs[@]}" \
                --link "$link" --link-bits "$(link_bits "$link")" --out "$out.part"; then
             mv "$out.part" "$out"
           else
