@@ -7,9 +7,9 @@ pactrain_bench_prepare() {
   local name=$1
   shift
   [[ $(id -u) -eq 0 ]] || { echo "$name: must run as root (network namespaces)" >&2; exit 1; }
-  # shellcheck source=../scripts/lib/install_deps.sh
+  # shellcheck source=scripts/lib/install_deps.sh
   source scripts/lib/install_deps.sh
-  pactrain_install_deps
+  pactrain_install_deps "${PACTRAIN_DEB_PACKAGES[@]}"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" --target "$@" -j2 >/dev/null
   bench_exe=$(cd "$build/bench" && pwd)/pactrain-sync-bench

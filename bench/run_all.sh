@@ -36,7 +36,7 @@ iters=${PACTRAIN_ITERS:-5}
 warmup=${PACTRAIN_WARMUP:-1}
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
-  # shellcheck source=lib.sh
+  # shellcheck source=bench/lib.sh
   source bench/lib.sh
   pactrain_bench_prepare run_all.sh pactrain_sync_bench pactrain_policy_bench
   if [[ "${PACTRAIN_DDP:-1}" != 0 ]]; then

@@ -37,7 +37,7 @@ strategies=(sparse sparse-fp16 sparse-ternary auto)
 csv=$results/codecs.csv
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
-  # shellcheck source=lib.sh
+  # shellcheck source=bench/lib.sh
   source bench/lib.sh
   pactrain_bench_prepare run_codecs.sh pactrain_sync_bench
   mkdir -p "$results"

@@ -18,10 +18,10 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=lib/install_deps.sh
+# shellcheck source=scripts/lib/install_deps.sh
 source scripts/lib/install_deps.sh
 
-pactrain_install_deps
+pactrain_install_deps "${PACTRAIN_DEB_PACKAGES[@]}"
 
 echo "== configure (build/)"
 if [[ -f build/CMakeCache.txt ]]; then

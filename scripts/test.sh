@@ -15,8 +15,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$(pwd)
-# shellcheck source=lib/install_deps.sh
+# shellcheck source=scripts/lib/install_deps.sh
 source scripts/lib/install_deps.sh
 
 jobs=${PACTRAIN_JOBS:-2}
@@ -36,7 +35,7 @@ generator() {  # <build dir>
   if [[ ! -f $1/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then echo "-GNinja"; fi
 }
 
-pactrain_install_deps
+pactrain_install_deps "${PACTRAIN_DEB_PACKAGES[@]}"
 
 unit_tests=OFF
 [[ ${PACTRAIN_SKIP_ASAN:-0} == 1 ]] && unit_tests=ON

@@ -70,7 +70,7 @@ has_method() {
 }
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
-  # shellcheck source=../lib.sh
+  # shellcheck source=bench/lib.sh
   source bench/lib.sh
   programs=()
   for t in "${trainers[@]}"; do programs+=("$(trainer_program "$t")"); done
