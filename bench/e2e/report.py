@@ -67,12 +67,19 @@ class Quality:
                 f"target {self.describe(target)}")
 
 
-def quality_of(group_or_point):
-    """The Quality of a point, or of any point of a {method: point} group."""
-    p = group_or_point
-    if "trainer" not in p:
-        p = next(iter(p.values()))
+def quality_of(p):
+    """The Quality of a point's trainer."""
     return Quality(p.get("metric", "accuracy"))
+
+
+def any_point(group):
+    """One point of a {method: point} group (they share a trainer)."""
+    return next(iter(group.values()))
+
+
+def trainer_point(points, trainer):
+    """One point of a trainer."""
+    return next(p for k, p in points.items() if k[0] == trainer)
 
 
 def unit_of(p):
@@ -144,7 +151,7 @@ def time_to_target(p, target):
 
 
 def target_of(group):
-    q = quality_of(group)
+    q = quality_of(any_point(group))
     dense = group.get("dense")
     if dense is None or dense.get(q.final_key) is None:
         return None
@@ -162,7 +169,7 @@ def best_of(group, methods, target):
         return m, t, True
     if not present:
         return None
-    q = quality_of(group)
+    q = quality_of(any_point(group))
     best = None
     for m in present:
         v = group[m].get(q.final_key)
@@ -181,8 +188,8 @@ def num(v, fmt, none="—"):
 def group_table(group, target):
     """The table of one (trainer, link, ranks) group, one row per method."""
     dense_tp = throughput(group["dense"]) if "dense" in group else None
-    q = quality_of(group)
-    unit = unit_of(next(iter(group.values())))
+    q = quality_of(any_point(group))
+    unit = unit_of(any_point(group))
     rows = [f"| method | steady {unit}/s | x dense | step ms | bytes/step (final, kB) | "
             f"{q.column} | time to target (s) | whole run (s) | mask updates (% of run) |",
             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
@@ -215,7 +222,7 @@ def fallback_note(group, method, target):
     """Why a best method was chosen by final accuracy rather than by time to target."""
     if target is None:
         return "no dense point, so no target; best final quality"
-    q = quality_of(group)
+    q = quality_of(any_point(group))
     return f"none reached the target; best final, {q.describe(group[method].get(q.final_key))}"
 
 
@@ -272,7 +279,7 @@ def model_section(points, results_dir):
                       "points (one rank per core), and none was run.\n")
             continue
         for link in ("100mbit", "1gbit"):
-            unit = unit_of(next(p for k, p in points.items() if k[0] == trainer))
+            unit = unit_of(trainer_point(points, trainer))
             md.append(f"### {trainer}: projected {unit}/s at {LINKS[link]} (compute of one "
                       f"rank per core)\n")
             methods = sorted({k[3] for k in points if k[0] == trainer}, key=method_order)
@@ -288,7 +295,7 @@ def model_section(points, results_dir):
 
 def batch_of(points, trainer):
     """Samples (or tokens) per worker per step."""
-    p = next(p for k, p in points.items() if k[0] == trainer)
+    p = trainer_point(points, trainer)
     return p["samples_per_step"] / p["ranks"]
 
 
@@ -308,7 +315,7 @@ def markdown(points, bad, machine, pngs, out_dir, results_dir):
         md.append(f"## {trainer}, {ranks} ranks\n")
         for link, group in by_link.items():
             target = target_of(group)
-            tgt = (quality_of(group).target_words(target) if target is not None
+            tgt = (quality_of(any_point(group)).target_words(target) if target is not None
                    else "no dense point, no target")
             md.append(f"### {LINKS.get(link, link)} links ({tgt})\n")
             md.extend(group_table(group, target) + [""])
@@ -393,7 +400,7 @@ def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
         return []
     png = os.path.join(plots, f"e2e_throughput_{trainer}_np{ranks}.png")
     tics = ", ".join(f"'{LINKS.get(l, l)}' {i}" for i, l in enumerate(links))
-    unit = unit_of(next(iter(next(iter(by_link.values())).values())))
+    unit = unit_of(any_point(any_point(by_link)))
     script = (header(term, png, f"{trainer}, {ranks} ranks: steady throughput", "link",
                      f"{unit}/s (steady)") +
               f"set logscale y\nset xtics ({tics})\nset xrange [-0.3:{len(links) - 0.7}]\n"
@@ -403,7 +410,7 @@ def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
 
 def plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group):
     target = target_of(group)
-    q = quality_of(group)
+    q = quality_of(any_point(group))
     lines, end = [], 0.0
     for m in sorted(group, key=method_order):
         hist = sorted(group[m].get("history", []), key=lambda h: h.get("epoch", 0))
@@ -438,7 +445,7 @@ def plot_projection(exe, term, tmp, plots, points, trainer, link, results_dir):
     if not lines:
         return []
     png = os.path.join(plots, f"e2e_projection_{trainer}_{link}.png")
-    unit = unit_of(next(p for k, p in points.items() if k[0] == trainer))
+    unit = unit_of(trainer_point(points, trainer))
     script = (header(term, png, f"{trainer}, {LINKS[link]} links: projected throughput",
                      "workers", f"{unit}/s (model)") +
               "set logscale xy\nset xtics (8, 32, 128, 512, 1024)\nplot " + ", ".join(lines) +
