@@ -3,9 +3,9 @@
 # text better than a uniform guess, 8 bits per byte), then bench/e2e/report.py must turn the
 # points into a report with the trainer's tables and its target.
 #
-#   cmake -DMPIEXEC=mpiexec "-DMPIEXEC_ARGS=-n;2" -DPROGRAM=<pactrain_e2e_lm> -DPYTHON=python3
+#   cmake -DMPIEXEC=mpiexec "-DMPIEXEC_ARGS=-n;2" -DPROGRAM=<pactrain_e2e_torch> -DPYTHON=python3
 #         -DREPORT=bench/e2e/report.py -DDIR=<dir> "-DMETHODS=dense;ternary;powersgd"
-#         "-DPROGRAM_ARGS=--epochs;2;..." -P bench/e2e/check_points.cmake
+#         "-DPROGRAM_ARGS=lm;--epochs;2;..." -P bench/e2e/check_points.cmake
 cmake_minimum_required(VERSION 3.25)
 
 file(REMOVE_RECURSE "${DIR}")

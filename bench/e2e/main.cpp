@@ -150,10 +150,7 @@ int verify_baselines(int rank, int ranks);  // verify.cpp
 
 int main(int argc, char** argv) {
   return examples::run_main(argc, argv, "pactrain_e2e", [&] {
-    int rank = 0;
-    int ranks = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    const auto [rank, ranks] = examples::world();
     const options o = parse(argc, argv);
     return o.verify ? verify_baselines(rank, ranks) : train(o, rank, ranks);
   });

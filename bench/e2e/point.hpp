@@ -1,8 +1,7 @@
-// What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_cnn and
-// pactrain_e2e_lm: the LibTorch CNN and language model) share: the gradient exchange a method's
-// name asks for, Top-k's k, the steady state of a run and the JSON point bench/e2e/report.py reads.
-// The exchanges themselves (baselines.hpp) are built in exchanges.cpp, so the programs do not
-// compile them.
+// What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_torch: the LibTorch
+// CNN and language model) share: the gradient exchange a method's name asks for, Top-k's k, the
+// steady state of a run and the JSON point bench/e2e/report.py reads. The exchanges themselves
+// (baselines.hpp) are built in exchanges.cpp, so the programs do not compile them.
 #pragma once
 
 #include "common/cli.hpp"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The end-to-end training grid behind bench/results/e2e.md: the Fashion-MNIST MLP, the LibTorch
 # CNN and the LibTorch language model trained with each method (pactrain's and the baselines',
-# see bench/e2e/main.cpp, cnn_main.cpp and lm_main.cpp) on the bandwidth-shaped testbed (bench/netbed), one JSON point per run in
-# bench/results/e2e/, then the report and plots (bench/e2e/report.py).
+# see bench/e2e/main.cpp and torch_main.cpp) on the bandwidth-shaped testbed (bench/netbed),
+# one JSON point per run in bench/results/e2e/, then the report and plots (bench/e2e/report.py).
 #
 #   bench/e2e/run.sh          # as root, from anywhere; resumable: points already there are kept
 #
 # Environment (defaults in brackets):
 #   PACTRAIN_BUILD_DIR     build directory [build]
-#   PACTRAIN_E2E_TRAINERS  mlp (pactrain_e2e), cnn (pactrain_e2e_cnn), lm (pactrain_e2e_lm; the
+#   PACTRAIN_E2E_TRAINERS  mlp (pactrain_e2e), cnn and lm (pactrain_e2e_torch; the
 #                          last two need LibTorch) [mlp cnn lm]
 #   PACTRAIN_E2E_LINKS     link rates [100mbit 1gbit none]
 #   PACTRAIN_E2E_RANKS     rank counts [4 2]
@@ -49,14 +49,16 @@ method_args() {  # the pactrain_e2e arguments of a method's name
   esac
 }
 
-# The program of a trainer, and the trainer's name in the points.
+# The program of a trainer, its first arguments, and the trainer's name in the points.
 trainer_program() {
   case "$1" in
     mlp) echo pactrain_e2e ;;
-    cnn) echo pactrain_e2e_cnn ;;
-    lm) echo pactrain_e2e_lm ;;
+    cnn | lm) echo pactrain_e2e_torch ;;
     *) echo "e2e/run.sh: unknown trainer '$1' (mlp, cnn or lm)" >&2; exit 1 ;;
   esac
+}
+trainer_args() {
+  [[ $1 == mlp ]] || echo "$1"
 }
 trainer_name() {
   case "$1" in
@@ -103,8 +105,9 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
             testbed=1
           fi
           echo "[$i/$total] $t, $link, $np ranks, $m ($((SECONDS - start)) s so far)"
-          # shellcheck disable=SC2046 # method_args prints separate words
-          if pactrain_netbed_run 1800 "$np" -- "$exe" $(method_args "$m") "${epochs[@]}" \
+          # shellcheck disable=SC2046 # trainer_args and method_args print separate words
+          if pactrain_netbed_run 1800 "$np" -- "$exe" $(trainer_args "$t") $(method_args "$m") \
+               "${epochs[@]}" \
                --link "$link" --link-bits "$(link_bits "$link")" --out "$out.part"; then
             mv "$out.part" "$out"
           else

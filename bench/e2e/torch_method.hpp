@@ -1,6 +1,6 @@
-// What bench/e2e's LibTorch programs (pactrain_e2e_cnn, pactrain_e2e_lm) share: their options
+// What bench/e2e's LibTorch trainers (pactrain_e2e_torch cnn and lm) share: their options
 // besides the task's, one run of a method through examples/common/torch_train.hpp's loop, and
-// its JSON point. The programs differ only in the task they train.
+// its JSON point. The trainers differ only in the task they train.
 #pragma once
 
 #include <pactrain/torch.hpp>  // first: LibTorch's glog macros must not meet others

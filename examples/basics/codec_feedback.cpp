@@ -37,9 +37,7 @@ int run() {
   }
   // [/snippet:codec_feedback]
 
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < delivered.size(); ++i) {
     const float want = i % 2 == 0 ? 4.0f * g : 0.0f;  // pruned entries stay +0

@@ -20,9 +20,7 @@
 #include "../common/run_main.hpp"
 
 int run() {
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
   pactrain::param_layout layout(32 * 32 + 32);  // bucket capacity: one layer per bucket
   for (const std::string layer : {"layer0", "layer1", "layer2"}) {
     layout.add(layer + ".weight", 32, 32).add(layer + ".bias", 32);

@@ -23,9 +23,7 @@ using sync_t =
 using pruner_t = pactrain::pruner<pactrain::magnitude_pruning, pactrain::gradual_schedule>;
 
 int run() {
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
   pactrain::param_layout layout;
   layout.add("fc.weight", 16, 64).add("fc.bias", 16);
   std::vector<float> weights(layout.total_size());  // distinct magnitudes: |w| is 0 to 1023

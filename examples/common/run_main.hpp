@@ -15,6 +15,20 @@
 
 namespace examples {
 
+/// This process's rank in MPI_COMM_WORLD and the number of ranks there.
+struct world_place {
+  int rank = 0;
+  int ranks = 1;
+};
+
+/// Where this process is in MPI_COMM_WORLD (after MPI_Init): `auto [rank, ranks] = world();`.
+inline world_place world() {
+  world_place w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.ranks);
+  return w;
+}
+
 // [snippet:guard]
 /// Prints "<name>: <what>" on stderr and ends every rank of the job with exit code 1: a rank
 /// that returned alone would leave its peers waiting forever in a collective it never joins.

@@ -247,9 +247,7 @@ struct mlp {
 };
 
 int run(int argc, char** argv) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto [rank, size] = examples::world();
   const options opt = parse(argc, argv);
 
   // One GPU per rank on each node.

@@ -175,10 +175,7 @@ void write_summary(const options& o, int ranks, const fm::train_config& cfg,
 
 int run(int argc, char** argv) {
   const auto wall_start = std::chrono::steady_clock::now();
-  int rank = 0;
-  int ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
 
   const options o = parse(argc, argv);  // same arguments, same verdict on every rank
 

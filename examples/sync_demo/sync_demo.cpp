@@ -66,10 +66,7 @@ double seconds(std::chrono::steady_clock::time_point t0) {
 
 int run(int argc, char** argv) {
   const options opt = parse(argc, argv);
-  int rank = 0;
-  int ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
 
   pactrain::param_layout layout;
   layout.add("fc1.weight", 1024, 784).add("fc1.bias", 1024);

@@ -1,6 +1,6 @@
 // The LibTorch CNN on Fashion-MNIST as a task of examples::torch_train (common/torch_train.hpp):
 // the model, and each rank's shard of the data. Used by pactrain_torch_cnn (main.cpp) and by
-// bench/e2e's pactrain_e2e_cnn.
+// bench/e2e's pactrain_e2e_torch (cnn).
 #pragma once
 
 #include <pactrain/torch.hpp>  // first: LibTorch's glog macros must not meet others

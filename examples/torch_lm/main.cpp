@@ -90,10 +90,7 @@ options parse(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   const auto wall_start = std::chrono::steady_clock::now();
-  int rank = 0;
-  int ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
   const options o = parse(argc, argv);  // same arguments, same verdict on every rank
   const examples::torch_run_options& r = o.cli.run;
   // Ranks usually share cores: LibTorch's own thread pools would oversubscribe them.

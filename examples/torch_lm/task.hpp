@@ -1,7 +1,7 @@
 // The LibTorch language model as a task of examples::torch_train (common/torch_train.hpp): a
 // small decoder-only transformer over bytes, the English text of Debian's `fortunes` split
 // into training and validation fortunes, and each rank's windows of it. Used by
-// pactrain_torch_lm (main.cpp) and by bench/e2e's pactrain_e2e_lm.
+// pactrain_torch_lm (main.cpp) and by bench/e2e's pactrain_e2e_torch (lm).
 #pragma once
 
 #include <pactrain/torch.hpp>  // first: LibTorch's glog macros must not meet others

@@ -42,9 +42,7 @@ fault_mode parse(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   const fault_mode mode = parse(argc, argv);
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto [rank, ranks] = examples::world();
   const int victim = ranks - 1;
   constexpr int steps = 4;
   constexpr int fault_step = 2;
