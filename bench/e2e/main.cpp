@@ -24,6 +24,7 @@
 //   the ternary runs default to --ternary-rows 0 --ternary-block 1024 --ternary-scale previous
 //   --train-limit N, --test-limit N [0: all]    --data DIR
 //   --link NAME, --link-bits N   recorded in the point (the testbed's rate) [none, 0]
+//   --machine TEXT      recorded in the point (what ran it) [not recorded]
 //   --out PATH          the JSON point (rank 0 writes it)
 //   --verify            check the baselines on exactly summable data instead of training
 #include "point.hpp"
@@ -59,7 +60,7 @@ constexpr const char* usage =
     "       [--powersgd-rank R|match] [--ternary-rows R] [--ternary-block B]\n"
     "       [--ternary-scale current|previous] [--optimizer example|sgd|fused]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR]\n"
-    "       [--link NAME] [--link-bits N] [--out PATH] | --verify";
+    "       [--link NAME] [--link-bits N] [--machine TEXT] [--out PATH] | --verify";
 
 options parse(int argc, char** argv) {
   options o;
@@ -136,6 +137,7 @@ int train(const options& o, int rank, int ranks) {
     const e2e::point_meta m{.trainer = "fmnist_mlp",
                             .link = o.link,
                             .link_bits = o.link_bits,
+                            .machine = o.machine,
                             .method = e2e::method_label(o.method, o.powersgd_rank),
                             .epochs = cfg.epochs,
                             .global_batch = cfg.batch * static_cast<std::size_t>(ranks)};

@@ -35,7 +35,8 @@ struct run_options {
   std::string data = pactrain::fmnist::default_data_dir;
   std::string link = "none";  // the testbed's rate, recorded in the point
   std::uint64_t link_bits = 0;
-  std::string out;  // the JSON point
+  std::string machine;  // recorded in the point: what ran it (bench/e2e/run.sh's line)
+  std::string out;      // the JSON point
 };
 
 /// Reads option `a` with value `v` into `o`; false if `a` is not one of run_options'.
@@ -55,6 +56,8 @@ inline bool parse_run_option(const std::string& a, const std::string& v, run_opt
     o.link = v;
   } else if (a == "--link-bits") {
     o.link_bits = examples::to_count(a, v);
+  } else if (a == "--machine") {
+    o.machine = v;
   } else if (a == "--out") {
     o.out = v;
   } else {
@@ -118,7 +121,8 @@ struct point_meta {
   std::string trainer;  // fmnist_mlp, fmnist_cnn, fortunes_lm
   std::string link;     // the testbed's rate, by name
   std::uint64_t link_bits = 0;
-  std::string method;  // powersgd with its rank: powersgd4, powersgdM
+  std::string machine;  // empty: not recorded
+  std::string method;   // powersgd with its rank: powersgd4, powersgdM
   int epochs = 0;
   std::size_t global_batch = 0;  // samples (language model: windows) per step over all ranks
   // Throughput's unit per step over all ranks: global_batch samples, or the language model's
@@ -127,6 +131,24 @@ struct point_meta {
   const char* unit = "samples";
   examples::metric quality = examples::metric::accuracy;
 };
+
+/// `s` as a JSON string, quotes included.
+inline std::string json_string(const std::string& s) {
+  std::string q = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned>(c));
+      q += u;
+    } else {
+      q += c;
+    }
+  }
+  return q + '"';
+}
 
 /// The JSON point of a run; `steady` from steady_epoch.
 inline std::string point_json(const point_meta& m, const examples::train_result& r, int ranks,
@@ -140,9 +162,10 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
       steady_seconds / static_cast<double>((r.history.size() - steady + 1) * r.steps_per_epoch);
   std::ostringstream j;
   j << "{\"trainer\": \"" << m.trainer << "\", \"link\": \"" << m.link
-    << "\", \"link_bits\": " << m.link_bits << ", \"ranks\": " << ranks << ", \"method\": \""
-    << m.method << "\", \"epochs\": " << m.epochs << ", \"steps_per_epoch\": " << r.steps_per_epoch
-    << ", \"global_batch\": " << m.global_batch
+    << "\", \"link_bits\": " << m.link_bits
+    << (m.machine.empty() ? "" : ", \"machine\": " + json_string(m.machine))
+    << ", \"ranks\": " << ranks << ", \"method\": \"" << m.method << "\", \"epochs\": " << m.epochs
+    << ", \"steps_per_epoch\": " << r.steps_per_epoch << ", \"global_batch\": " << m.global_batch
     << ", \"samples_per_step\": " << (m.units_per_step ? m.units_per_step : m.global_batch)
     << ", \"unit\": \"" << m.unit << "\", \"metric\": \""
     << (accuracy ? "accuracy" : "bits_per_byte") << "\", "

@@ -17,7 +17,8 @@
 #                          have]
 #   PACTRAIN_E2E_EPOCHS    epochs of every run [each program's: 6, 6 and 4]
 #   PACTRAIN_E2E_RESULTS   where the points go [bench/results/e2e]
-#   PACTRAIN_E2E_MACHINE   the machine line of the report [this machine's CPU and cores]
+#   PACTRAIN_E2E_MACHINE   the machine recorded in the points it runs [this machine's CPU and
+#                          cores]
 #   PACTRAIN_REPORT_ONLY=1 only rebuild the report and plots from the points present
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -71,6 +72,16 @@ has_method() {
   [[ $1 == mlp || $2 != auto ]]
 }
 
+# This machine, recorded in each point it runs; the report names each point's machine (and
+# this one for points that lack it).
+machine=${PACTRAIN_E2E_MACHINE:-}
+if [[ -z $machine ]]; then
+  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  isa=AVX2
+  grep -qw avx512f /proc/cpuinfo && isa=AVX-512
+  machine="$(nproc) cores of $cpu ($isa), $(. /etc/os-release && echo "$PRETTY_NAME"), one rank per testbed host"
+fi
+
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   # shellcheck source=bench/lib.sh
   source bench/lib.sh
@@ -108,7 +119,8 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
           # shellcheck disable=SC2046 # trainer_args and method_args print separate words
           if pactrain_netbed_run 1800 "$np" -- "$exe" $(trainer_args "$t") $(method_args "$m") \
                "${epochs[@]}" \
-               --link "$link" --link-bits "$(link_bits "$link")" --out "$out.part"; then
+               --link "$link" --link-bits "$(link_bits "$link")" --machine "$machine" \
+               --out "$out.part"; then
             mv "$out.part" "$out"
           else
             rm -f "$out.part"
@@ -122,12 +134,5 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   trap - EXIT
 fi
 
-machine=${PACTRAIN_E2E_MACHINE:-}
-if [[ -z $machine ]]; then
-  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-  isa=AVX2
-  grep -qw avx512f /proc/cpuinfo && isa=AVX-512
-  machine="$(nproc) cores of $cpu ($isa), $(. /etc/os-release && echo "$PRETTY_NAME"), one rank per testbed host"
-fi
 /usr/bin/python3 bench/e2e/report.py --results "$results" --machine "$machine" \
   --out "${results%/*}/e2e.md"

@@ -17,7 +17,8 @@ burst:  what the testbed's token bucket lets pass at once: up to its depth (10 m
         100 Mbit/s that is half of a 90%-sparse step's bytes; real links have no such bucket,
         so the projection leaves it out.
 
-Every other shaped point is then a prediction, compared with its measurement. For 8 to 1024
+Every other shaped point is then a prediction, compared with its measurement (where the same
+machine measured it and its unshaped point). For 8 to 1024
 workers the model takes c_m from the 2-rank points (one rank per core, as one machine per
 worker would run) and L(P) = 2 (P - 1) alpha, with alpha a ring round at 2 ranks.
 Used by report.py; standard library only.
@@ -98,9 +99,12 @@ class step_model:
                 return p["collectives_per_step"]
         return COLLECTIVES.get(method, 1)
 
+    def unshaped(self, ranks, method):
+        return next((p for k, p in self.points.items()
+                     if k[1] == "none" and k[2] == ranks and k[3] == method), None)
+
     def compute(self, ranks, method):
-        p = next((p for k, p in self.points.items()
-                  if k[1] == "none" and k[2] == ranks and k[3] == method), None)
+        p = self.unshaped(ranks, method)
         if p is None or not p.get("steady_step_seconds"):
             return None
         w = wire_bytes(method, ranks, p["final_bytes_per_step"])
@@ -116,10 +120,14 @@ class step_model:
         return c + max(0.0, wire) * 8 / (self.eta * rate) + self.lat(ranks, method)
 
     def checks(self):
-        """(link, ranks, method, measured, predicted) of every shaped point but the fitted one."""
+        """(link, ranks, method, measured, predicted) of every shaped point but the fitted one
+        and those measured on another machine than their unshaped point (another compute)."""
         out = []
         for (_, link, ranks, method), p in sorted(self.points.items()):
             if link == "none" or (link, ranks, method) == ("100mbit", 4, "dense"):
+                continue
+            basis = self.unshaped(ranks, method)
+            if basis is not None and basis.get("machine") != p.get("machine"):
                 continue
             t = self.predict(ranks, method, LINK_RATE.get(link, 0) or R_NONE)
             if t is not None and p.get("steady_step_seconds"):

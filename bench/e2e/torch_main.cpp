@@ -27,6 +27,7 @@
 //   --train-limit N [0: all; 800000], --test-limit N [0: all]
 //   --data DIR          the Fashion-MNIST files [Debian's]; the fortune files [Debian's]
 //   --link NAME, --link-bits N   recorded in the point (the testbed's rate) [none, 0]
+//   --machine TEXT      recorded in the point (what ran it) [not recorded]
 //   --out PATH          the JSON point (rank 0 writes it)
 // lm's own: --layers N --dim D --heads H --context T   the transformer [2, 128, 4, 64]
 //

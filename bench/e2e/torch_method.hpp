@@ -34,7 +34,8 @@ struct torch_options : run_options {
 inline constexpr const char* torch_options_usage =
     "       [--method dense|sparse|ternary|topk|powersgd|fp16] [--powersgd-rank R|match]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--link NAME] [--link-bits N]\n"
-    "       [--out PATH] [--ternary-buckets per-tensor|one] [--ternary-scale current|previous]\n";
+    "       [--machine TEXT] [--out PATH]\n"
+    "       [--ternary-buckets per-tensor|one] [--ternary-scale current|previous]\n";
 
 /// Reads option `a` with value `v` into `o`; false if `a` is none of torch_options' (besides
 /// torch_cli's, which examples::parse_command_line reads).
@@ -108,6 +109,7 @@ inline point_meta torch_meta(const torch_options& o, const char* trainer,
   m.trainer = trainer;
   m.link = o.link;
   m.link_bits = o.link_bits;
+  m.machine = o.machine;
   m.method = method_label(o.method, o.powersgd_rank);
   m.epochs = o.cli.run.epochs;
   m.global_batch = global_batch;
