@@ -269,6 +269,9 @@ def model_section(points, results_dir):
         within = sum(abs(t / s - 1) <= 0.2 for _, _, _, s, t in checks)
         md.append(f"### {trainer}: measured against predicted (eta {m.eta:.2f}; "
                   f"{within} of {len(checks)} within 20%)\n")
+        if m.other_machine:
+            md.append(f"{m.other_machine} shaped points of {trainer} were measured on another "
+                      "machine than their unshaped point, so the model cannot predict them.\n")
         md.append("| link | ranks | method | measured step ms | predicted ms | error |")
         md.append("|---|--:|---|--:|--:|--:|")
         for link, ranks, method, s, t in checks:

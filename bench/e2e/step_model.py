@@ -17,10 +17,10 @@ burst:  what the testbed's token bucket lets pass at once: up to its depth (10 m
         100 Mbit/s that is half of a 90%-sparse step's bytes; real links have no such bucket,
         so the projection leaves it out.
 
-Every other shaped point is then a prediction, compared with its measurement (where the same
-machine measured it and its unshaped point). For 8 to 1024
-workers the model takes c_m from the 2-rank points (one rank per core, as one machine per
-worker would run) and L(P) = 2 (P - 1) alpha, with alpha a ring round at 2 ranks.
+Every other shaped point is then a prediction, compared with its measurement where the same
+machine measured it and its unshaped point. For 8 to 1024 workers the model takes c_m from
+the 2-rank points (one rank per core, as one machine per worker would run) and
+L(P) = 2 (P - 1) alpha, with alpha a ring round at 2 ranks.
 Used by report.py; standard library only.
 """
 
@@ -70,7 +70,8 @@ class step_model:
         self.eta = 1.0
         dense = self.points.get((trainer, "100mbit", 4, "dense"))
         c = self.compute(4, "dense")
-        if dense and c is not None:
+        if dense and c is not None and \
+                dense.get("machine") == self.unshaped(4, "dense").get("machine"):
             comm = dense["steady_step_seconds"] - c - self.lat(4, "dense")
             wire = wire_bytes("dense", 4, self.payload("dense")) - burst_bytes(100e6, c)
             if comm > 0:
@@ -123,11 +124,13 @@ class step_model:
         """(link, ranks, method, measured, predicted) of every shaped point but the fitted one
         and those measured on another machine than their unshaped point (another compute)."""
         out = []
+        self.other_machine = 0  # points left out: measured elsewhere than their unshaped point
         for (_, link, ranks, method), p in sorted(self.points.items()):
             if link == "none" or (link, ranks, method) == ("100mbit", 4, "dense"):
                 continue
             basis = self.unshaped(ranks, method)
             if basis is not None and basis.get("machine") != p.get("machine"):
+                self.other_machine += 1
                 continue
             t = self.predict(ranks, method, LINK_RATE.get(link, 0) or R_NONE)
             if t is not None and p.get("steady_step_seconds"):
