@@ -287,7 +287,8 @@ class host_compactor {
         break;
       }
       case plan_format::indices: {
-        if (!plan.words_.empty() && streams<T>(plan, out)) {
+        // Both instruction sets stream a 16-byte aligned output (see scatter_bitmap).
+        if (!plan.words_.empty() && streams<T>(plan, out, 16)) {
           scatter_bitmap(plan, p, out, scale);
           break;
         }
@@ -320,14 +321,14 @@ class host_compactor {
   }
 
   // The AVX2 and AVX-512 scatters stream (non-temporal stores) a large enough output aligned
-  // to their vector stores (16 and 64 bytes).
+  // to their stores: 16 bytes for AVX2's, 64 for AVX-512's.
   [[nodiscard]] bool streams_bytes(std::size_t bytes) const noexcept {
     return (opt_.isa == host_isa::avx2 || opt_.isa == host_isa::avx512) &&
            bytes >= opt_.stream_min_bytes;
   }
   template <class T>
-  [[nodiscard]] bool streams(const plan_type& plan, const T* out) const noexcept {
-    const std::size_t align = opt_.isa == host_isa::avx512 ? 64 : 16;
+  [[nodiscard]] bool streams(const plan_type& plan, const T* out,
+                             std::size_t align) const noexcept {
     return streams_bytes(plan.size_ * sizeof(T)) &&
            reinterpret_cast<std::uintptr_t>(out) % align == 0;
   }
@@ -340,12 +341,20 @@ class host_compactor {
     switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
       case host_isa::avx512:
-        k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_,
-                                         streams(plan, out));
+        // A large output aligned to 16 bytes but not 64 (std::vector's large buffers are)
+        // streams through the AVX2 kernel, which every AVX-512 CPU runs: with plain AVX-512
+        // stores, 64 MiB at 10% density took 9.3 ms against 4.2 ms on a 2-core Intel Xeon.
+        if (!streams(plan, out, 64) && streams(plan, out, 16)) {
+          k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
+                                         true);
+        } else {
+          k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_,
+                                           streams(plan, out, 64));
+        }
         break;
       case host_isa::avx2:
         k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
-                                       streams(plan, out));
+                                       streams(plan, out, 16));
         break;
 #endif
       default:

@@ -46,7 +46,8 @@ void check_mask(const Mask& mask, std::uint64_t seed) {
       if (!isa_supported(isa)) continue;
       for (plan_format f : all_formats) {
         // Plain stores, and non-temporal ones wherever the kernel has them and the output is
-        // aligned for them (16 bytes from std::vector; 64 below).
+        // aligned for them (16 bytes from std::vector, where the AVX-512 compactor streams
+        // through the AVX2 kernel; 64 below).
         for (const std::size_t stream : {std::numeric_limits<std::size_t>::max(), std::size_t{0}}) {
           CAPTURE(to_string(isa));
           CAPTURE(to_string(f));
