@@ -131,6 +131,23 @@ TEST_CASE("magnitude global equals ranking every prunable entry together") {
   }
 }
 
+TEST_CASE("magnitude pruning of double weights keeps what float's does (64-bit keys)") {
+  // The same tied values as double: the radix selection and its last pass run on 64-bit keys.
+  param_layout l;
+  l.add("a", 50, 101).add("b", 130).add("c", 64 * 70 + 3);
+  const auto w = tied_weights(l.total_size(), 13);
+  const std::vector<double> wd(w.begin(), w.end());
+  const std::vector<bool> prunable{true, true, true};
+  for (const auto scope : {pruning_scope::per_tensor, pruning_scope::global}) {
+    for (double s : {0.0, 0.37, 0.9, 1.0}) {
+      CAPTURE(s);
+      const magnitude_pruning p{scope};
+      CHECK(p.compute(l, std::span<const double>(wd), s, prunable) ==
+            p.compute(l, std::span<const float>(w), s, prunable));
+    }
+  }
+}
+
 TEST_CASE("N:M keeps N of every M along rows") {
   param_layout l;
   l.add("w", 6, 11).add("v", 13);  // rows of 11: groups 4, 4, 3
