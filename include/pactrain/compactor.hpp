@@ -344,21 +344,23 @@ class host_compactor {
     std::size_t k = 0;
     switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
-      case host_isa::avx512:
+      case host_isa::avx512: {
         // On Intel a large output aligned to 16 bytes but not 64 (std::vector's large
         // buffers are) streams through the AVX2 kernel, which every AVX-512 CPU runs: there
         // each plain 512-bit store spans two cache lines, and 64 MiB at 10% density took 9.3
         // ms that way against 4.2 ms on a 2-core Intel Xeon. On an AMD EPYC the AVX-512
         // kernel measured faster than the AVX2 one on the same kind of buffers (2.43 against
         // 3.61 ms), so other CPUs keep it.
-        if (!streams(plan, out, 64) && streams(plan, out, stream_alignment())) {
+        const bool wide = streams(plan, out, 64);  // AVX-512's own non-temporal stores
+        if (!wide && streams(plan, out, stream_alignment())) {
           k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
                                          true);
         } else {
           k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_,
-                                           streams(plan, out, 64));
+                                           wide);
         }
         break;
+      }
       case host_isa::avx2:
         k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
                                        streams(plan, out, 16));
