@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by bench/run_all.sh and bench/run_codecs.sh (sourced from the repository root).
 
 # pactrain_bench_prepare NAME TARGET...: checks for root (the testbed needs network
@@ -29,4 +30,15 @@ pactrain_netbed_run() {
   shift
   env "${envs[@]}" timeout "$limit" bench/netbed/launch.sh -n "$np" "$@" \
     2> >(grep -v 'setpgid' >&2)
+}
+
+# pactrain_link_bits RATE: the bits per second of a testbed rate's name (0: unshaped).
+pactrain_link_bits() {
+  case "$1" in
+    100mbit) echo 100000000 ;;
+    500mbit) echo 500000000 ;;
+    1gbit) echo 1000000000 ;;
+    2gbit) echo 2000000000 ;;
+    *) echo 0 ;;
+  esac
 }

@@ -38,7 +38,10 @@ def load(path):
 def label(r):
     """Series name of a row: dense runs are split by allreduce algorithm."""
     if r["strategy"] == "dense":
-        return "dense_default" if r["allreduce"] == "default" else "dense_ring"
+        # Rows before the allreduce_choice column: "default" named Open MPI's own choice.
+        choice = r.get("allreduce_choice") or ("library" if r["allreduce"] == "default"
+                                                else "forced")
+        return "dense_ring" if choice == "forced" else "dense_default"
     return r["strategy"]
 
 

@@ -32,8 +32,11 @@ endif()
 #    slower; yielding keeps the tests fast on machines with fewer cores than ranks.
 #  - btl self,vader with single_copy_mechanism none: shared memory only, without the
 #    cross-memory-attach path that fails where ptrace is restricted (containers).
+#  - PACTRAIN_MPI_ALGORITHM_WARNING=0: the tests' small collectives over shared memory do not
+#    care which allreduce algorithm Open MPI picks; the warning is for training runs.
 set(PACTRAIN_MPI_TEST_ENVIRONMENT
   OMP_NUM_THREADS=1
+  PACTRAIN_MPI_ALGORITHM_WARNING=0
   OMPI_MCA_mpi_yield_when_idle=1
   OMPI_MCA_btl=self,vader
   OMPI_MCA_btl_vader_single_copy_mechanism=none)

@@ -19,9 +19,12 @@
 //   --sparsity S        final sparsity of the pruned runs, and topk's k [0.9]
 //   --prune-window A,B  [0.2,0.7]       --prune-updates N [20]
 //   --powersgd-rank R   R or match [4]
+//   --powersgd-start F  PowerSGD's dense start, a fraction of the steps [0]
+//   --dgc-sparsity S    DGC's final sparsity [0.999]
+//   --dgc-warmup-epochs E  DGC's sparsity warm-up, at most a quarter of the run [4]
 //   and the trainer's options as pactrain_fmnist reads them (examples/fmnist/options.hpp:
-//   --lr, --ternary-rows, --ternary-block, --ternary-scale, --optimizer, ...), except that
-//   the ternary runs default to --ternary-rows 0 --ternary-block 1024 --ternary-scale previous
+//   --lr, --ternary-rows, --ternary-block, --ternary-scale, --optimizer, ...), with its
+//   defaults
 //   --train-limit N, --test-limit N [0: all]    --data DIR
 //   --link NAME, --link-bits N   recorded in the point (the testbed's rate) [none, 0]
 //   --machine TEXT      recorded in the point (what ran it) [not recorded]
@@ -57,20 +60,21 @@ struct options : e2e::run_options {
 constexpr const char* usage =
     "usage: pactrain_e2e [--method dense|sparse|ternary|auto|topk|powersgd|fp16] [--epochs N]\n"
     "       [--batch B] [--seed N] [--sparsity S] [--prune-window A,B] [--prune-updates N]\n"
-    "       [--powersgd-rank R|match] [--ternary-rows R] [--ternary-block B]\n"
+    "       [--powersgd-rank R|match] [--powersgd-start F] [--dgc-sparsity S]\n"
+    "       [--dgc-warmup-epochs E] [--ternary-rows R] [--ternary-block B]\n"
     "       [--ternary-scale current|previous] [--optimizer example|sgd|fused]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR]\n"
-    "       [--link NAME] [--link-bits N] [--machine TEXT] [--out PATH] | --verify";
+    "       [--lr-rewind F] [--evals-per-epoch N] [--link NAME] [--link-bits N]\n"
+    "       [--machine TEXT] [--label NAME] [--out PATH] | --verify";
 
 options parse(int argc, char** argv) {
   options o;
   o.cfg.epochs = 6;
-  // Ternary: one bucket per tensor with a scale per 1024 kept entries, reduced beside the data
-  // (previous_max): two collectives per step fewer than pactrain_fmnist's default of a bucket
-  // and a scale round per 64 rows, which at 100 Mbit/s cut the pruned step from 68 to 31 ms.
-  o.cfg.ternary_rows = 0;
-  o.cfg.ternary_block = 1024;
-  o.cfg.ternary_scale = pactrain::scale_source::previous_max;
+  // Every method the same schedule (one cosine: a pruned run's second cycle after its last mask
+  // update is a variant, --lr-rewind 1), and the accuracy 4 times an epoch, so that a time to
+  // the target is not quantised to epoch ends.
+  o.cfg.lr_rewind = 0;
+  o.cfg.evals_per_epoch = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--verify") {
@@ -109,17 +113,22 @@ int train(const options& o, int rank, int ranks) {
   if (e2e::is_pactrain_method(o.method)) cfg.sparsity = o.sparsity;
   cfg.ternary = o.method == "ternary" || o.method == "auto";
   cfg.tune = o.method == "auto";
+  const std::size_t per_epoch = train_set.count / static_cast<std::size_t>(ranks) / cfg.batch;
+  const std::uint64_t total = static_cast<std::uint64_t>(cfg.epochs) * per_epoch;
   std::unique_ptr<examples::gradient_exchange> x;
   if (!e2e::is_pactrain_method(o.method)) {
     const std::size_t k = e2e::kept_entries(layout, pactrain::matrix_tensors(layout), o.sparsity);
-    x = e2e::make_exchange(o.method, o.powersgd_rank, MPI_COMM_WORLD, layout, k, cfg.momentum,
-                           cfg.weight_decay, cfg.seed);
+    x = e2e::make_exchange(o, MPI_COMM_WORLD, layout,
+                           {.k = k,
+                            .momentum = cfg.momentum,
+                            .weight_decay = cfg.weight_decay,
+                            .seed = cfg.seed,
+                            .steps_per_epoch = per_epoch,
+                            .steps = total});
   }
   // The steady state: the epochs that start after the pruned runs' last mask update.
   fm::train_config pruned = o.cfg;
   pruned.sparsity = o.sparsity;
-  const std::size_t per_epoch = train_set.count / static_cast<std::size_t>(ranks) / cfg.batch;
-  const std::uint64_t total = static_cast<std::uint64_t>(cfg.epochs) * per_epoch;
   const std::size_t steady =
       e2e::steady_epoch(fm::last_mask_update(pruned, total), per_epoch, cfg.epochs);
   if (rank == 0) {
@@ -138,8 +147,11 @@ int train(const options& o, int rank, int ranks) {
                             .link = o.link,
                             .link_bits = o.link_bits,
                             .machine = o.machine,
-                            .method = e2e::method_label(o.method, o.powersgd_rank),
+                            .method = e2e::method_label(o),
                             .epochs = cfg.epochs,
+                            .seed = cfg.seed,
+                            .lr_rewind = cfg.lr_rewind,
+                            .evals_per_epoch = cfg.evals_per_epoch,
                             .global_batch = cfg.batch * static_cast<std::size_t>(ranks)};
     e2e::write_point(o.out, e2e::point_json(m, r, ranks, steady));
   }

@@ -30,12 +30,16 @@ namespace e2e {
 struct run_options {
   std::string method = "sparse";
   std::string powersgd_rank = "4";  // a rank, or match
+  double powersgd_start = 0;        // PowerSGD's dense start: a fraction of the run's steps
+  double dgc_sparsity = 0.999;      // DGC's final sparsity
+  double dgc_warmup_epochs = 4;     // DGC's sparsity warm-up, at most a quarter of the run
   std::size_t train_limit = 0;      // 0: all
   std::size_t test_limit = 0;
   std::string data = pactrain::fmnist::default_data_dir;
   std::string link = "none";  // the testbed's rate, recorded in the point
   std::uint64_t link_bits = 0;
   std::string machine;  // recorded in the point: what ran it (bench/e2e/run.sh's line)
+  std::string label;    // the method's name in the point (run.sh's); empty: method_label's
   std::string out;      // the JSON point
 };
 
@@ -46,6 +50,17 @@ inline bool parse_run_option(const std::string& a, const std::string& v, run_opt
   } else if (a == "--powersgd-rank") {
     if (v != "match") static_cast<void>(examples::to_count(a, v));
     o.powersgd_rank = v;
+  } else if (a == "--powersgd-start") {
+    o.powersgd_start = examples::to_double(a, v);
+    if (!(o.powersgd_start >= 0.0 && o.powersgd_start < 1.0))
+      throw pactrain::error("--powersgd-start must be in [0, 1)");
+  } else if (a == "--dgc-sparsity") {
+    o.dgc_sparsity = examples::to_double(a, v);
+    if (!(o.dgc_sparsity > 0.0 && o.dgc_sparsity < 1.0))
+      throw pactrain::error("--dgc-sparsity must be in (0, 1)");
+  } else if (a == "--dgc-warmup-epochs") {
+    o.dgc_warmup_epochs = examples::to_double(a, v);
+    if (!(o.dgc_warmup_epochs >= 0.0)) throw pactrain::error("--dgc-warmup-epochs must be >= 0");
   } else if (a == "--train-limit") {
     o.train_limit = examples::to_count(a, v);
   } else if (a == "--test-limit") {
@@ -58,6 +73,8 @@ inline bool parse_run_option(const std::string& a, const std::string& v, run_opt
     o.link_bits = examples::to_count(a, v);
   } else if (a == "--machine") {
     o.machine = v;
+  } else if (a == "--label") {
+    o.label = v;
   } else if (a == "--out") {
     o.out = v;
   } else {
@@ -79,11 +96,12 @@ inline bool is_pactrain_method(const std::string& m) {
   return m == "sparse" || m == "ternary" || m == "auto";
 }
 
-/// A method's name in the points and the report: PowerSGD's carries its rank (powersgd4) or
-/// M where it matches the sparse run's bytes.
-inline std::string method_label(const std::string& method, const std::string& powersgd_rank) {
-  if (method != "powersgd") return method;
-  return method + (powersgd_rank == "match" ? "M" : powersgd_rank);
+/// A method's name in the points and the report: --label where given; else PowerSGD's
+/// carries its rank (powersgd4) or M where it matches the sparse run's bytes.
+inline std::string method_label(const run_options& o) {
+  if (!o.label.empty()) return o.label;
+  if (o.method != "powersgd") return o.method;
+  return o.method + (o.powersgd_rank == "match" ? "M" : o.powersgd_rank);
 }
 
 /// Entries the pruned runs keep at the end: the prunable tensors' unpruned share (one global
@@ -99,13 +117,23 @@ inline std::size_t kept_entries(const pactrain::param_layout& l, const std::vect
   return pruned_over - pactrain::pruned_count(pruned_over, sparsity) + whole;
 }
 
-/// What a baseline's name asks for: dense, fp16, topk (DGC with `k`, momentum and weight
-/// decay) or powersgd (rank `powersgd_rank`, or "match": the rank whose bytes come nearest k
-/// floats). Prints PowerSGD's rank on rank 0.
+/// What a baseline needs to know of the run besides its options (make_exchange).
+struct exchange_run {
+  std::size_t k = 0;      // entries the pruned runs keep at the end: --powersgd-rank match
+  float momentum = 0.0f;  // the trainer's, which DGC applies itself
+  float weight_decay = 0.0f;
+  std::uint64_t seed = 1;
+  std::uint64_t steps_per_epoch = 0;
+  std::uint64_t steps = 0;  // of the whole run
+};
+
+/// What o.method asks for: dense, fp16, topk (DGC: o.dgc_sparsity after a warm-up of
+/// o.dgc_warmup_epochs, at most a quarter of the run) or powersgd (rank o.powersgd_rank, or
+/// "match": the rank whose bytes come nearest k floats; dense for the first o.powersgd_start
+/// of the steps). Prints DGC's schedule or PowerSGD's rank on rank 0.
 std::unique_ptr<examples::gradient_exchange> make_exchange(
-    const std::string& method, const std::string& powersgd_rank, MPI_Comm comm,
-    const pactrain::param_layout& layout, std::size_t k, float momentum, float weight_decay,
-    std::uint64_t seed);  // exchanges.cpp, compiled once with the baselines
+    const run_options& o, MPI_Comm comm, const pactrain::param_layout& layout,
+    const exchange_run& run);  // exchanges.cpp, compiled once with the baselines
 
 /// The first epoch (from 1) that starts at or after step `last_update`: the steady state of a
 /// pruned run, whose masks no longer change; the last epoch if none does.
@@ -124,6 +152,9 @@ struct point_meta {
   std::string machine;  // empty: not recorded
   std::string method;   // powersgd with its rank: powersgd4, powersgdM
   int epochs = 0;
+  std::uint64_t seed = 0;
+  double lr_rewind = 0;  // the pruned runs' second learning-rate cycle (0: none)
+  std::uint64_t evals_per_epoch = 1;
   std::size_t global_batch = 0;  // samples (language model: windows) per step over all ranks
   // Throughput's unit per step over all ranks: global_batch samples, or the language model's
   // predicted bytes (tokens).
@@ -165,6 +196,8 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
     << "\", \"link_bits\": " << m.link_bits
     << (m.machine.empty() ? "" : ", \"machine\": " + json_string(m.machine))
     << ", \"ranks\": " << ranks << ", \"method\": \"" << m.method << "\", \"epochs\": " << m.epochs
+    << ", \"seed\": " << m.seed << ", \"lr_rewind\": " << num(m.lr_rewind)
+    << ", \"evals_per_epoch\": " << m.evals_per_epoch
     << ", \"steps_per_epoch\": " << r.steps_per_epoch << ", \"global_batch\": " << m.global_batch
     << ", \"samples_per_step\": " << (m.units_per_step ? m.units_per_step : m.global_batch)
     << ", \"unit\": \"" << m.unit << "\", \"metric\": \""
@@ -190,6 +223,14 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
       << ", \"step_seconds\": " << num(e.step_seconds)
       << ", \"bytes_per_step\": " << e.bytes_per_step << ", \"sparsity\": " << num(e.sparsity)
       << "}";
+  }
+  j << "], \"evals\": [";
+  for (std::size_t i = 0; i < r.evals.size(); ++i) {
+    const auto& e = r.evals[i];
+    j << (i ? ", " : "") << "{\"step\": " << e.step << ", \"epoch\": " << num(e.epoch)
+      << ", \"wall_seconds\": " << num(e.train_seconds)
+      << (accuracy ? ", \"test_accuracy\": " : ", \"val_bits_per_byte\": ")
+      << num(accuracy ? e.test_accuracy : e.val_bpb) << "}";
   }
   j << "]}\n";
   return j.str();

@@ -10,8 +10,8 @@
 namespace e2e {
 
 powersgd::powersgd(MPI_Comm comm, const pactrain::param_layout& layout, std::size_t rank,
-                   std::uint64_t seed)
-    : comm_(comm), rank_(rank) {
+                   std::uint64_t seed, std::uint64_t dense_steps)
+    : comm_(comm), rank_(rank), n_(layout.total_size()), dense_steps_(dense_steps) {
   PACTRAIN_EXPECTS(rank > 0, "powersgd: the rank must be positive");
   MPI_Comm_size(comm_, &ranks_);
   std::mt19937_64 gen(seed);
@@ -36,12 +36,21 @@ powersgd::powersgd(MPI_Comm comm, const pactrain::param_layout& layout, std::siz
   std::size_t q = 0;
   for (const auto& b : blocks_) q += b.cols * rank;
   second_.resize(q);
-  PACTRAIN_EXPECTS(first_.size() <= INT32_MAX && second_.size() <= INT32_MAX,
+  PACTRAIN_EXPECTS(first_.size() <= INT32_MAX && second_.size() <= INT32_MAX &&
+                       (dense_steps_ == 0 || n_ <= INT32_MAX),
                    "powersgd: more than 2^31 entries in one allreduce");
 }
 
 void powersgd::exchange(std::span<float> grads) {
+  PACTRAIN_EXPECTS(grads.size() == n_, "powersgd: the gradient does not match the layout");
   const float inv = 1.0f / static_cast<float>(ranks_);
+  last_dense_ = step_ < dense_steps_;
+  ++step_;
+  if (last_dense_) {  // start_powerSGD_iter: the plain mean, no error kept
+    allreduce(grads);
+    for (float& v : grads) v *= inv;
+    return;
+  }
   for (const auto& p : plain_) std::copy_n(grads.data() + p.offset, p.size, first_.data() + p.at);
   for (auto& b : blocks_) {
     map m(grads.data() + b.offset, static_cast<Eigen::Index>(b.rows),

@@ -7,6 +7,11 @@
 //   P = M Q; allreduce P; orthogonalise P's columns; Q = M^T P; allreduce Q, / ranks;
 //   result = P Q^T; error = M - result.
 //
+// As the hook's start_powerSGD_iter, the first `dense_steps` exchanges may be a plain
+// allreduce of the whole gradient (its mean); compression starts after them with the error
+// empty and Q as drawn at construction (the hook draws it at its first compressed step: the
+// same, since nothing reads or changes Q before).
+//
 // Bench code (not the library): bench/e2e's PowerSGD baseline. The methods are in
 // powersgd.cpp, so that its Eigen products are compiled once.
 #pragma once
@@ -30,21 +35,23 @@ class powersgd {
   using map = Eigen::Map<matrix>;
 
   /// Compresses the row-major matrices of `layout` to rank `rank`; `seed` draws the first Q
-  /// (the same on every rank).
+  /// (the same on every rank). The first `dense_steps` exchanges send the whole gradient.
   powersgd(MPI_Comm comm, const pactrain::param_layout& layout, std::size_t rank,
-           std::uint64_t seed = 1);
+           std::uint64_t seed = 1, std::uint64_t dense_steps = 0);
 
   /// Collective: replaces `grads` (flat, in the layout) with the rank-r approximation of the
-  /// mean gradient (plain tensors: their mean).
+  /// mean gradient (plain tensors: their mean); in the first dense_steps exchanges, with the
+  /// mean itself.
   void exchange(std::span<float> grads);
 
-  /// Payload bytes this rank hands to the two allreduces per exchange.
+  /// Payload bytes this rank handed to the allreduces in the last exchange.
   [[nodiscard]] std::size_t bytes_sent() const noexcept {
-    return (first_.size() + second_.size()) * sizeof(float);
+    return last_dense_ ? n_ * sizeof(float) : (first_.size() + second_.size()) * sizeof(float);
   }
-  /// Allreduces per exchange: the first (P and the plain tensors) and the second (Q), where
-  /// they carry anything.
+  /// Allreduces in the last exchange: one where dense; else the first (P and the plain
+  /// tensors) and the second (Q), where they carry anything.
   [[nodiscard]] std::size_t collectives() const noexcept {
+    if (last_dense_) return 1;
     return (first_.empty() ? 0 : 1) + (second_.empty() ? 0 : 1);
   }
   /// How many matrices are compressed.
@@ -63,7 +70,7 @@ class powersgd {
     std::size_t offset, size, at;
   };
 
-  void allreduce(std::vector<float>& v) {
+  void allreduce(std::span<float> v) {
     if (v.empty()) return;
     const int rc = MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_FLOAT,
                                  MPI_SUM, comm_);
@@ -76,6 +83,10 @@ class powersgd {
 
   MPI_Comm comm_;
   std::size_t rank_;
+  std::size_t n_;  // entries of the gradient
+  std::uint64_t dense_steps_;
+  std::uint64_t step_ = 0;
+  bool last_dense_ = false;
   int ranks_ = 1;
   std::vector<block> blocks_;
   std::vector<plain> plain_;

@@ -1,11 +1,17 @@
 #!/usr/bin/python3
 """Turns the end-to-end training benchmark's results into a Markdown report and PNG plots.
 
-Reads one JSON file per point, <trainer>_<link>_np<ranks>_<method>.json, from --results;
-writes the report to --out and the plots (gnuplot, e2e_*.png) to --plots. Standard library
-only; plots are skipped, with a message, where gnuplot is missing. Run from the repository root:
+Reads every JSON point in --results (run.sh names them
+<trainer>_<link>_np<ranks>_<method>_s<seed>.json; the report reads the trainer, link, ranks,
+method and seed from the point, not from its name); writes the report to --out and the plots
+(gnuplot, e2e_*.png) to --plots. Standard library only; plots are skipped, with a message,
+where gnuplot is missing. Run from the repository root:
 
     bench/e2e/report.py --results bench/results/e2e --machine "..."
+
+A cell is a (trainer, link, ranks); each method in it has one point per seed. Points written
+before seeds and evaluations were recorded count as seed 1, with their per-epoch history as
+their evaluations.
 """
 
 import argparse
@@ -20,20 +26,37 @@ from collections import Counter
 
 from step_model import WORKERS, small_collective_seconds, step_model
 
-PACTRAIN = ("sparse", "ternary", "auto")
-BASELINES = ("topk", "powersgd4", "powersgdM", "fp16")
+# pactrain's methods; a label "<sparse|ternary|auto>_..." is pactrain's too. Every other label,
+# dense included, is a baseline.
+PACTRAIN = ("sparse", "ternary", "ternary_restart", "auto")
+PACTRAIN_BASES = ("sparse", "ternary", "auto")
+BASELINES = ("dgc999", "dgc99", "topk", "powersgd1", "powersgd2", "powersgd4", "powersgd8",
+             "powersgdM", "powersgd4_start", "fp16")
 METHODS = ("dense",) + PACTRAIN + BASELINES
 LINKS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "none": "unshaped"}
-COLOURS = {"dense": "black", "sparse": "#d62728", "ternary": "#ff7f0e", "auto": "#8c2d04",
-           "topk": "#1f77b4", "powersgd4": "#2ca02c", "powersgdM": "#17becf", "fp16": "#9467bd"}
+# Fixed per method, so that the plots agree: pactrain reds and oranges, DGC blues, PowerSGD
+# greens and teals, fp16 purple, dense black. Other labels: PACTRAIN_OTHER or BASELINE_OTHER.
+COLOURS = {"dense": "black",
+           "sparse": "#d62728", "ternary": "#ff7f0e", "ternary_restart": "#a50f15",
+           "auto": "#8c2d04",
+           "dgc999": "#08519c", "dgc99": "#6baed6", "topk": "#1f77b4",
+           "powersgd1": "#74c476", "powersgd2": "#31a354", "powersgd4": "#006d2c",
+           "powersgd8": "#00441b", "powersgdM": "#17becf", "powersgd4_start": "#2a9d8f",
+           "fp16": "#9467bd"}
+PACTRAIN_OTHER, BASELINE_OTHER = "#fc9272", "gray50"
 # Methods a trainer does not have (the LibTorch loop has no strategy tuner).
 NOT_RUN = {"fmnist_cnn": {"auto"}, "fortunes_lm": {"auto"}}
 
 
+def is_pactrain(method):
+    return method in PACTRAIN or any(method.startswith(b + "_") for b in PACTRAIN_BASES)
+
+
 class Quality:
     """A trainer's quality measure, from its points' "metric": test accuracy (higher is better;
-    the target is dense's final accuracy less one point) or validation bits per byte (lower is
-    better; the target is dense's final value plus 3%)."""
+    targets: dense's mean final accuracy less 0.5, 1 or 1.5 points, 1 the headline) or
+    validation bits per byte (lower is better; dense's mean final value plus 2%, 3% or 5%, 3%
+    the headline)."""
 
     def __init__(self, metric):
         self.accuracy = metric != "bits_per_byte"
@@ -41,9 +64,16 @@ class Quality:
         self.history_key = "test_accuracy" if self.accuracy else "val_bits_per_byte"
         self.column = "final acc (%)" if self.accuracy else "final bits/byte"
         self.axis = "test accuracy (%)" if self.accuracy else "validation bits per byte"
+        self.offsets = (0.5, 1.0, 1.5) if self.accuracy else (2.0, 3.0, 5.0)
+        self.headline = 1.0 if self.accuracy else 3.0
 
-    def target(self, dense_final):
-        return dense_final - 0.01 if self.accuracy else dense_final * 1.03
+    def target(self, dense_final, offset=None):
+        offset = self.headline if offset is None else offset
+        return dense_final - offset / 100 if self.accuracy else dense_final * (1 + offset / 100)
+
+    def offset_words(self, offset):
+        return (f"dense - {offset:g} point{'s' if offset != 1 else ''}" if self.accuracy
+                else f"dense + {offset:g}%")
 
     def reached(self, value, target):
         return value >= target if self.accuracy else value <= target
@@ -73,38 +103,79 @@ def quality_of(p):
     return Quality(p.get("metric", "accuracy"))
 
 
-def any_point(group):
-    """One point of a {method: point} group (they share a trainer)."""
-    return next(iter(group.values()))
-
-
-def trainer_point(points, trainer):
-    """One point of a trainer."""
-    return next(p for k, p in points.items() if k[0] == trainer)
-
-
 def unit_of(p):
     """What throughput counts: samples, or the language model's tokens."""
     return p.get("unit", "samples")
 
 
+def mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def num(v, fmt, none="—"):
+    return none if v is None else format(v, fmt)
+
+
 # --- loading ------------------------------------------------------------------------------------
 
 
+def evals_of(p):
+    """[(wall seconds, quality, epoch)] of a point's evaluations in training order: its
+    "evals", else its per-epoch "history" (epoch: fractional, rounded to 1e-3; None where the
+    evaluation does not say)."""
+    q = quality_of(p)
+    spe = p.get("steps_per_epoch")
+    for key in ("evals", "history"):
+        rows = []
+        for e in p.get(key) or []:
+            if isinstance(e, dict) and e.get("wall_seconds") is not None and \
+                    e.get(q.history_key) is not None:
+                epoch = e.get("epoch")
+                if epoch is None and e.get("step") is not None and spe:
+                    epoch = e["step"] / spe
+                epoch = None if epoch is None else round(float(epoch), 3)
+                rows.append((float(e["wall_seconds"]), float(e[q.history_key]), epoch))
+        if rows:
+            return sorted(rows, key=lambda r: r[0])
+    return []
+
+
 def load(results):
-    """{(trainer, link, ranks, method): point} and the names of the files that could not be read."""
-    points, bad = {}, []
+    """The points ([point], each with "_file", "seed" and "_evals" set) and [(file, why)] of
+    those left out: unreadable, or a second point of the same run."""
+    points, bad, seen = [], [], {}
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        name = os.path.basename(path)
         try:
             with open(path) as f:
                 p = json.load(f)
-            key = (p["trainer"], p["link"], int(p["ranks"]), p["method"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            p["ranks"] = int(p["ranks"])
+            p["seed"] = int(p.get("seed", 1))
+            if not all(isinstance(p[k], str) for k in ("trainer", "link", "method")):
+                raise TypeError("trainer, link and method must be strings")
+            p["_file"] = name
+            p["_evals"] = evals_of(p)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             print(f"report.py: skipping {path}: {e}", file=sys.stderr)
-            bad.append(os.path.basename(path))
+            bad.append((name, "could not be read"))
             continue
-        points[key] = p
+        run = run_key(p)
+        if run in seen:
+            print(f"report.py: skipping {path}: the same run as {seen[run]}", file=sys.stderr)
+            bad.append((name, f"left out: the same run as `{seen[run]}`"))
+            continue
+        seen[run] = name
+        points.append(p)
     return points, bad
+
+
+def run_key(p):
+    return p["trainer"], p["link"], p["ranks"], p["method"], p["seed"]
+
+
+def canonical_name(p):
+    return "{}_{}_np{}_{}_s{}.json".format(*run_key(p))
 
 
 def link_order(link):
@@ -112,25 +183,81 @@ def link_order(link):
 
 
 def method_order(method):
-    return (METHODS.index(method), method) if method in METHODS else (len(METHODS), method)
+    if method in METHODS:
+        return (METHODS.index(method), method)
+    return (len(METHODS) + (0 if is_pactrain(method) else 1), method)
 
 
-def missing_points(points):
-    """Names of the points absent from the grid: per trainer, every link and rank count it was
-    run at, times every method seen in any result that the trainer has."""
-    methods = {k[3] for k in points} | {"dense"}
-    out = []
-    for trainer in sorted({k[0] for k in points}):
-        mine = [k for k in points if k[0] == trainer]
-        for link in sorted({k[1] for k in mine}, key=link_order):
-            for ranks in sorted({k[2] for k in mine}):
-                for m in sorted(methods - NOT_RUN.get(trainer, set()), key=method_order):
-                    if (trainer, link, ranks, m) not in points:
-                        out.append(f"{trainer}_{link}_np{ranks}_{m}")
+# --- cells and their statistics -----------------------------------------------------------------
+
+
+class Runs:
+    """One method's points in a cell, one per seed."""
+
+    def __init__(self, method, points):
+        self.method = method
+        self.points = sorted(points, key=lambda p: p["seed"])
+        self.seeds = [p["seed"] for p in self.points]
+        self.n = len(self.points)
+
+    def mean(self, f):
+        return mean(f(p) for p in self.points)
+
+    def values(self, f):
+        return [v for v in (f(p) for p in self.points) if v is not None]
+
+    def times(self, target):
+        """Each seed's time to the target (None where it does not reach it)."""
+        return [time_to_target(p, target) for p in self.points]
+
+    def sources(self):
+        """The point files, as the method and its seeds where run.sh named them."""
+        if all(p["_file"] == canonical_name(p) for p in self.points):
+            return f"{self.method} {seed_list(self.seeds)}"
+        return ", ".join(f"`{p['_file']}`" for p in self.points)
+
+
+def seed_list(seeds):
+    """s1-3, s1,3 or s2."""
+    seeds = sorted(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"s{seeds[0]}-{seeds[-1]}"
+    return "s" + ",".join(str(s) for s in seeds)
+
+
+class Cell:
+    """A (trainer, link, ranks) and its methods' runs."""
+
+    def __init__(self, trainer, link, ranks, points):
+        self.trainer, self.link, self.ranks = trainer, link, ranks
+        by_method = {}
+        for p in points:
+            by_method.setdefault(p["method"], []).append(p)
+        self.runs = {m: Runs(m, by_method[m]) for m in sorted(by_method, key=method_order)}
+        self.seeds = sorted({p["seed"] for p in points})
+        self.q = quality_of(points[0])
+        self.unit = unit_of(points[0])
+        dense = self.runs.get("dense")
+        self.dense_final = dense.mean(lambda p: p.get(self.q.final_key)) if dense else None
+        self.dense_tp = dense.mean(throughput) if dense else None
+
+    def target(self, offset=None):
+        return None if self.dense_final is None else self.q.target(self.dense_final, offset)
+
+    def name(self):
+        return f"{self.trainer}, {self.ranks} ranks, {LINKS.get(self.link, self.link)}"
+
+
+def cells_of(points):
+    """{(trainer, ranks): {link: Cell}}, in report order."""
+    by_key = {}
+    for p in points:
+        by_key.setdefault((p["trainer"], p["ranks"], p["link"]), []).append(p)
+    out = {}
+    for (trainer, ranks, link) in sorted(by_key, key=lambda k: (k[0], k[1], link_order(k[2]))):
+        out.setdefault((trainer, ranks), {})[link] = Cell(trainer, link, ranks,
+                                                           by_key[(trainer, ranks, link)])
     return out
-
-
-# --- computations -------------------------------------------------------------------------------
 
 
 def throughput(p):
@@ -140,156 +267,214 @@ def throughput(p):
 
 
 def time_to_target(p, target):
-    """Cumulative training wall time at the end of the first epoch reaching the target, or None."""
+    """Training wall time (evaluation excluded) at the first evaluation reaching the target,
+    without interpolation; None if none does."""
     if target is None:
         return None
     q = quality_of(p)
-    for h in sorted(p.get("history", []), key=lambda h: h.get("epoch", 0)):
-        v = h.get(q.history_key)
-        if v is not None and q.reached(v, target):
-            return h.get("wall_seconds")
-    return None
+    return next((w for w, v, _ in p["_evals"] if q.reached(v, target)), None)
 
 
-def target_of(group):
-    q = quality_of(any_point(group))
-    dense = group.get("dense")
-    if dense is None or dense.get(q.final_key) is None:
+def mask_update_share(p):
+    """Percent of the run's training time in mask updates (pactrain's methods; points that
+    record it)."""
+    per_step = p.get("prune_seconds_per_step")
+    if not is_pactrain(p["method"]) or per_step is None or not p.get("train_seconds"):
         return None
-    return q.target(dense[q.final_key])
+    return 100.0 * per_step * p["steps_per_epoch"] * p["epochs"] / p["train_seconds"]
 
 
-def best_of(group, methods, target):
-    """(method, time to target, reached) of the method reaching the target first; where none
-    reaches it, the one with the best final quality and reached False. None if none ran."""
-    present = [m for m in methods if m in group]
-    reached = [(time_to_target(group[m], target), m) for m in present]
-    reached = [(t, m) for t, m in reached if t is not None]
-    if reached:
-        t, m = min(reached)
-        return m, t, True
-    if not present:
-        return None
-    q = quality_of(any_point(group))
+class Best:
+    """The method with the lowest mean time to target among those every seed of which
+    reaches it."""
+
+    def __init__(self, runs, times):
+        self.method, self.runs, self.times = runs.method, runs, times
+        self.mean, self.lo, self.hi = mean(times), min(times), max(times)
+
+    def words(self):
+        spread = f" ({self.lo:.1f}-{self.hi:.1f})" if self.runs.n > 1 else ""
+        return f"{self.method}, {self.mean:.1f} s{spread}, {self.runs.n} seed" + \
+            ("s" if self.runs.n > 1 else "")
+
+
+def best_of(cell, pactrain, target):
+    """The Best of pactrain's methods (pactrain True) or of the baselines, or None where none
+    is eligible."""
     best = None
-    for m in present:
-        v = group[m].get(q.final_key)
-        if v is not None and (best is None or q.better(v, group[best][q.final_key])):
-            best = m
-    return best or present[0], None, False
+    for m, runs in cell.runs.items():
+        if is_pactrain(m) != pactrain:
+            continue
+        times = runs.times(target)
+        if times and all(t is not None for t in times):
+            b = Best(runs, times)
+            if best is None or b.mean < best.mean:
+                best = b
+    return best
+
+
+def closest(cell, pactrain, target):
+    """Words on the method with the best mean final quality, where none is eligible."""
+    q, best = cell.q, None
+    for m, runs in cell.runs.items():
+        if is_pactrain(m) != pactrain:
+            continue
+        v = runs.mean(lambda p: p.get(q.final_key))
+        if v is not None and (best is None or q.better(v, best[1])):
+            best = (m, v)
+    if best is None:
+        return "none run"
+    times = cell.runs[best[0]].times(target)
+    got = sum(t is not None for t in times)
+    return (f"none with every seed reaching (closest: {best[0]}, mean final "
+            f"{q.describe(best[1])}, {got}/{len(times)} seeds reach)")
+
+
+def race(cell, target):
+    """(best pactrain, best baseline, verdict, ratio baseline/pactrain or None)."""
+    if target is None:
+        return None, None, "no target (no dense point)", None
+    pac, base = best_of(cell, True, target), best_of(cell, False, target)
+    ratio = base.mean / pac.mean if pac and base and pac.mean > 0 else None
+    if pac and base:
+        overlap = pac.lo <= base.hi and base.lo <= pac.hi
+        verdict = ("first" if pac.mean < base.mean else "behind") + \
+            (", within the spread" if overlap else "")
+    elif pac:
+        verdict = "first (no baseline reaches in every seed)"
+    elif base:
+        verdict = "behind (no pactrain method reaches in every seed)"
+    else:
+        verdict = "neither reaches"
+    if len(cell.seeds) <= 1 or any(b and b.runs.n <= 1 for b in (pac, base)):
+        verdict = "one seed: " + verdict
+    return pac, base, verdict, ratio
+
+
+def sources(cell, *bests):
+    """Which point files a summary row comes from: dense's (the target) and the winners'."""
+    out = []
+    if "dense" in cell.runs:
+        out.append(cell.runs["dense"].sources() + " (target)")
+    out += [b.runs.sources() for b in bests if b and b.method != "dense"]
+    return "; ".join(out)
 
 
 # --- Markdown -----------------------------------------------------------------------------------
 
 
-def num(v, fmt, none="—"):
-    return none if v is None else format(v, fmt)
+def spread_words(values, fmt):
+    """'mean (min-max)' of values formatted with fmt (a function); the mean alone for one."""
+    if not values:
+        return "—"
+    m = fmt(mean(values))
+    return m if len(values) == 1 else f"{m} ({fmt(min(values))}-{fmt(max(values))})"
 
 
-def group_table(group, target):
-    """The table of one (trainer, link, ranks) group, one row per method."""
-    dense_tp = throughput(group["dense"]) if "dense" in group else None
-    q = quality_of(any_point(group))
-    unit = unit_of(any_point(group))
-    rows = [f"| method | steady {unit}/s | x dense | step ms | bytes/step (final, kB) | "
-            f"{q.column} | time to target (s) | whole run (s) | mask updates (% of run) |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for m in sorted(group, key=method_order):
-        p = group[m]
-        tp = throughput(p)
-        ratio = tp / dense_tp if tp and dense_tp else None
-        step = p.get("steady_step_seconds")
-        kb = p.get("final_bytes_per_step")
+def target_cell(runs, target):
+    """The time-to-target column: mean (min-max) over the seeds; where not every seed reaches,
+    'k/n reached' with the mean and range of those that do."""
+    if target is None:
+        return "—"
+    times = runs.times(target)
+    got = [t for t in times if t is not None]
+    if not got:
+        return "not reached"
+    words = spread_words(got, lambda v: f"{v:.1f}")
+    return words if len(got) == len(times) else f"{len(got)}/{len(times)} reached: {words}"
+
+
+def cell_table(cell, target):
+    """The table of one cell, one row per method (means over its seeds)."""
+    q = cell.q
+    rows = [f"| method | seeds | steady {cell.unit}/s | x dense | step ms | bytes/step "
+            f"(final, kB) | {q.column} | time to target (s) | whole run (s) | "
+            "mask updates (% of run) |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for m, runs in cell.runs.items():
+        tp = runs.mean(throughput)
+        ratio = tp / cell.dense_tp if tp and cell.dense_tp else None
+        step = runs.mean(lambda p: p.get("steady_step_seconds"))
+        kb = runs.mean(lambda p: p.get("final_bytes_per_step"))
+        finals = runs.values(lambda p: p.get(q.final_key))
         rows.append(" | ".join([
-            f"| {m}", num(tp, ".0f"), num(ratio, ".2f") + ("x" if ratio else ""),
-            num(step and step * 1e3, ".1f"), num(kb and kb / 1e3, ".1f"),
-            q.fmt(p.get(q.final_key)),
-            num(time_to_target(p, target), ".1f", "not reached" if target is not None else "—"),
-            num(p.get("total_seconds"), ".1f"), num(mask_update_share(p, m), ".1f")]) + " |")
+            f"| {m}", f"{runs.n} ({seed_list(runs.seeds)})", num(tp, ".0f"),
+            num(ratio, ".2f") + ("x" if ratio else ""), num(step and step * 1e3, ".1f"),
+            num(kb and kb / 1e3, ".1f"), spread_words(finals, q.fmt), target_cell(runs, target),
+            num(runs.mean(lambda p: p.get("total_seconds")), ".1f"),
+            num(runs.mean(mask_update_share), ".1f")]) + " |")
     return rows
 
 
-def mask_update_share(p, method):
-    """Percent of the run's training time in mask updates (pactrain's methods; points that
-    record it)."""
-    per_step = p.get("prune_seconds_per_step")
-    if method not in PACTRAIN or per_step is None or not p.get("train_seconds"):
-        return None
-    steps = p["steps_per_epoch"] * p["epochs"]
-    return 100.0 * per_step * steps / p["train_seconds"]
+def best_words(best, cell, pactrain, target):
+    return best.words() if best else closest(cell, pactrain, target)
 
 
-def fallback_note(group, method, target):
-    """Why a best method was chosen by final accuracy rather than by time to target."""
-    if target is None:
-        return "no dense point, so no target; best final quality"
-    q = quality_of(any_point(group))
-    return f"none reached the target; best final, {q.describe(group[method].get(q.final_key))}"
+def summary_row(cell, target, offset=None):
+    """A summary row; offset given: with a target column (the sweep)."""
+    pac, base, verdict, ratio = race(cell, target)
+    tgt = []
+    if offset is not None:
+        tgt = [cell.q.offset_words(offset) + ("" if target is None else
+                                              f": {cell.q.describe(target)}")]
+    return "| " + " | ".join(
+        [cell.trainer, str(cell.ranks), LINKS.get(cell.link, cell.link), str(len(cell.seeds))] +
+        tgt + [best_words(pac, cell, True, target) if target is not None else "—",
+               best_words(base, cell, False, target) if target is not None else "—",
+               num(ratio, ".2f") + ("x" if ratio else ""), verdict,
+               sources(cell, pac, base) or "—"]) + " |"
 
 
-def summary_row(trainer, ranks, link, group, target):
-    dense_tp = throughput(group["dense"]) if "dense" in group else None
-    pac = best_of(group, PACTRAIN, target)
-    base = best_of(group, BASELINES, target)
-    pac_s = base_s = "—"
-    if pac:
-        tp = throughput(group[pac[0]])
-        pac_s = f"{pac[0]}, " + (f"{tp / dense_tp:.2f}x dense" if tp and dense_tp else "—")
-        if not pac[2]:
-            pac_s += f" ({fallback_note(group, pac[0], target)})"
-    if base:
-        base_s = (f"{base[0]}, {base[1]:.1f} s" if base[2] else
-                  f"{base[0]}, not reached ({fallback_note(group, base[0], target)})")
-    ratio = f"{base[1] / pac[1]:.2f}x" if pac and base and pac[1] and base[1] else "—"
-    return f"| {trainer} | {ranks} | {LINKS.get(link, link)} | {pac_s} | {base_s} | {ratio} |"
-
-
-def groups(points):
-    """{(trainer, ranks): {link: {method: point}}}, in report order."""
-    out = {}
-    for (trainer, link, ranks, method), p in points.items():
-        out.setdefault((trainer, ranks), {}).setdefault(link, {})[method] = p
-    return {k: dict(sorted(out[k].items(), key=lambda kv: link_order(kv[0])))
-            for k in sorted(out)}
-
-
-def model_section(points, results_dir):
+def model_section(cells, results_dir):
     """The whole-step model's checks against the measured points, and its projection."""
+    runs = {(c.trainer, c.link, c.ranks, m): r.points
+            for by_link in cells.values() for c in by_link.values() for m, r in c.runs.items()}
+    source = ("`bench/results/netbed.csv` (the 4000-byte `MPI_Iallreduce`)"
+              if os.path.exists(os.path.join(results_dir, "netbed.csv")) else
+              "`bench/results/sync.csv` (the 4 kB dense allreduce)")
     md = ["## Whole-step model\n",
-          "`bench/e2e/step_model.py`: t = c + wire / (eta R) + K L(P), compute c from each "
-          "method's unshaped point, eta fitted on dense at 100 Mbit/s and 4 ranks, L(P) from "
-          "`bench/results/sync.csv`. Every row below is a prediction of a point the model was not "
+          "`bench/e2e/step_model.py`: t = c + (wire - burst) / (eta R) + K L(P), compute c from "
+          "each method's unshaped point, eta fitted on dense at 100 Mbit/s and 4 ranks, burst "
+          f"the testbed's 16 KiB token bucket, L(P) from {source}; the ternary methods' "
+          "payloads scale with their lane width, bit_width(2P). Step times are means over "
+          "seeds. Every row below is a prediction of a (link, ranks, method) the model was not "
           "fitted on, measured on the machine of its unshaped point.\n"]
     latency = small_collective_seconds(results_dir)
-    for trainer in sorted({k[0] for k in points}):
-        m = step_model(points, trainer, latency)
+    trainers = sorted({k[0] for k in runs})
+    for trainer in trainers:
+        m = step_model(runs, trainer, latency)
         checks = m.checks()
-        if not checks:
-            continue
-        within = sum(abs(t / s - 1) <= 0.2 for _, _, _, s, t in checks)
-        md.append(f"### {trainer}: measured against predicted (eta {m.eta:.2f}; "
-                  f"{within} of {len(checks)} within 20%)\n")
-        if m.other_machine:
-            md.append(f"{m.other_machine} shaped points of {trainer} were measured on another "
-                      "machine than their unshaped point, so the model cannot predict them.\n")
-        md.append("| link | ranks | method | measured step ms | predicted ms | error |")
-        md.append("|---|--:|---|--:|--:|--:|")
-        for link, ranks, method, s, t in checks:
-            md.append(f"| {LINKS.get(link, link)} | {ranks} | {method} | {s * 1e3:.1f} | "
-                      f"{t * 1e3:.1f} | {(t / s - 1) * 100:+.0f}% |")
-        md.append("")
-        if not any(k[0] == trainer and k[2] == 2 and k[1] == "none" for k in points):
+        if checks:
+            def within(rows):
+                return sum(abs(t / s - 1) <= 0.2 for _, _, _, s, t in rows)
+            per_ranks = "".join(
+                f", {within(mine)} of {len(mine)} at {ranks} ranks"
+                for ranks in (2, 4) for mine in [[c for c in checks if c[1] == ranks]] if mine)
+            md.append(f"### {trainer}: measured against predicted (eta {m.eta:.2f}; "
+                      f"{within(checks)} of {len(checks)} within 20%{per_ranks})\n")
+            if m.other_machine:
+                md.append(f"{m.other_machine} shaped (link, ranks, method) of {trainer} were "
+                          "measured on another machine than their unshaped point, so the model "
+                          "cannot predict them.\n")
+            md.append("| link | ranks | method | measured step ms (mean) | predicted ms | error |")
+            md.append("|---|--:|---|--:|--:|--:|")
+            for link, ranks, method, s, t in checks:
+                md.append(f"| {LINKS.get(link, link)} | {ranks} | {method} | {s * 1e3:.1f} | "
+                          f"{t * 1e3:.1f} | {(t / s - 1) * 100:+.0f}% |")
+            md.append("")
+        if not any(k[0] == trainer and k[2] == 2 and k[1] == "none" for k in runs):
             md.append(f"No projection for {trainer}: it takes compute from the unshaped 2-rank "
                       "points (one rank per core), and none was run.\n")
             continue
+        methods = sorted({k[3] for k in runs if k[0] == trainer}, key=method_order)
+        batch = batch_of(runs, trainer)
+        unit = unit_of(next(p[0] for k, p in runs.items() if k[0] == trainer))
         for link in ("100mbit", "1gbit"):
-            unit = unit_of(trainer_point(points, trainer))
             md.append(f"### {trainer}: projected {unit}/s at {LINKS[link]} (compute of one "
                       f"rank per core)\n")
-            methods = sorted({k[3] for k in points if k[0] == trainer}, key=method_order)
             md.append("| workers | " + " | ".join(methods) + " |")
             md.append("|--:|" + "--:|" * len(methods))
-            cols = {x: dict(m.projection(x, link, batch_of(points, trainer))) for x in methods}
+            cols = {x: dict(m.projection(x, link, batch)) for x in methods}
             for n in WORKERS:
                 md.append(f"| {n} | " + " | ".join(num(cols[x].get(n), ".0f") for x in methods)
                           + " |")
@@ -297,57 +482,136 @@ def model_section(points, results_dir):
     return md
 
 
-def batch_of(points, trainer):
+def batch_of(runs, trainer):
     """Samples (or tokens) per worker per step."""
-    p = trainer_point(points, trainer)
+    p = next(p[0] for k, p in runs.items() if k[0] == trainer)
     return p["samples_per_step"] / p["ranks"]
 
 
-def machines_of(group):
-    """The machines that measured a link's points, in order of first appearance."""
-    return list(dict.fromkeys(p["machine"] for p in group.values()))
+def missing_points(points, cells):
+    """Names of the points absent from the grid: per trainer, every link and rank count it was
+    run at, times every method seen in any point that the trainer has, times every seed its
+    cell was run with (seed 1 for a cell with no point)."""
+    methods = {p["method"] for p in points} | {"dense"}
+    have = {run_key(p) for p in points}
+    out = []
+    for trainer in sorted({p["trainer"] for p in points}):
+        mine = [p for p in points if p["trainer"] == trainer]
+        for link in sorted({p["link"] for p in mine}, key=link_order):
+            for ranks in sorted({p["ranks"] for p in mine}):
+                cell = cells.get((trainer, ranks), {}).get(link)
+                seeds = cell.seeds if cell else [1]
+                for m in sorted(methods - NOT_RUN.get(trainer, set()), key=method_order):
+                    for s in seeds:
+                        if (trainer, link, ranks, m, s) not in have:
+                            out.append(f"{trainer}_{link}_np{ranks}_{m}_s{s}")
+    return out
 
 
-def markdown(points, bad, pngs, out_dir, results_dir):
-    counts = Counter(p["machine"] for p in points.values())
+def seed_lines(cells):
+    """Which cells have how many seeds, most first; the cells of one seed, where others have
+    more, as "every other cell"."""
+    by_n = {}
+    for (trainer, ranks), by_link in cells.items():
+        for link, c in by_link.items():
+            by_n.setdefault(len(c.seeds), []).append(c.name())
+    out = []
+    for n, names in sorted(by_n.items(), reverse=True):
+        if n == 1 and out:
+            out.append("Every other cell has one seed.")
+        else:
+            out.append(f"{n} seed{'s' if n != 1 else ''}: " + "; ".join(names) + ".")
+    return out
+
+
+def header(points, cells):
+    counts = Counter(p["machine"] for p in points)
     main_machine = counts.most_common(1)[0][0]
+    evals = Counter(p.get("evals_per_epoch") for p in points if p.get("evals"))
+    old = sum(1 for p in points if not p.get("evals"))
+    def points_word(k):
+        return f"{k} point{'s' if k != 1 else ''}"
+    every = "; ".join(f"{n} times per epoch ({points_word(k)})" if len(evals) + bool(old) > 1
+                      else f"{n} times per epoch" for n, k in sorted(evals.items(), key=str))
+    if old:
+        every += ("; " if every else "") + (f"once per epoch, at its end ({points_word(old)} "
+                                            "written before evaluations were recorded, whose "
+                                            "per-epoch history stands for them)")
+    rewind = sorted({p["method"] for p in points if p.get("lr_rewind")}, key=method_order)
     md = ["# End-to-end training: pactrain against dense and compression-enabled baselines\n",
           f"**Machine:** {main_machine}" +
           ("" if len(counts) == 1 else "; sections measured elsewhere name their machine") +
           "\n",
           "Generated by `bench/e2e/report.py` from `bench/results/e2e/*.json`; do not edit by "
-          "hand. Steady throughput is samples (the language model: predicted bytes, tokens) per "
-          "step over the step time measured from the steady epoch (`steady_from_epoch`) on; "
-          "`x dense` is against the blocking ring allreduce (`dense`) at the same link and "
-          "ranks. The target is dense's final accuracy less one point (the language model: "
-          "dense's final validation bits per byte plus 3%); time to target is the training wall "
-          "time (evaluation excluded) at the end of the first epoch reaching it. "
-          "kB = 1000 bytes.\n"]
-    summary = []
-    for (trainer, ranks), by_link in groups(points).items():
+          "hand. kB = 1000 bytes.\n",
+          f"**Evaluations:** quality is evaluated {every}. Every time below is training wall "
+          "time with evaluation excluded.\n",
+          "**Seeds:** " + " ".join(seed_lines(cells)) + " A method's row gives the mean over "
+          "its seeds and, for final quality and time to target, the range (min-max).\n",
+          "**Methods:** pactrain's are " + ", ".join(f"`{m}`" for m in PACTRAIN) +
+          " (and labels starting with one of `sparse_`, `ternary_`, `auto_`); every other, "
+          "`dense` included, is a baseline." +
+          (" Runs with `lr_rewind` 1 (the learning rate restarts after the last mask update): "
+           + ", ".join(f"`{m}`" for m in rewind) + "; every other run follows one cosine "
+           "schedule." if rewind else "") + "\n",
+          "Steady throughput is samples (the language model: predicted bytes, tokens) per step "
+          "over the step time measured from the steady epoch (`steady_from_epoch`) on; `x "
+          "dense` is the mean over seeds against dense's mean at the same link and ranks.\n",
+          "**Target:** from dense's mean final quality over its seeds: its accuracy less one "
+          "point (the language model: its validation bits per byte plus 3%); the target sweep "
+          "also takes 0.5 and 1.5 points (2% and 5%). A seed's time to target is the training "
+          "wall time at its first evaluation reaching the target, without interpolation. Where "
+          "not every seed reaches it, the table says `k/n reached` and the mean and range are "
+          "over the k seeds that do.\n",
+          "**Verdicts:** a method is eligible where every one of its seeds reaches the target; "
+          "the best pactrain method and the best baseline (dense included) are the eligible "
+          "ones with the lowest mean time. pactrain is `first` where its best mean is below the "
+          "best baseline's, else `behind`; `within the spread` where the two methods' seed "
+          "ranges overlap. The ratio is the best baseline's mean over the best pactrain "
+          "method's (above 1: pactrain reaches the target sooner). `one seed` marks cells, or "
+          "winners, with a single seed: no verdict there stands on more than one run. "
+          "`points` names the files a row comes from: `<method> s<seeds>` for "
+          "`<trainer>_<link>_np<ranks>_<method>_s<seed>.json`, else the file names.\n"]
+    return main_machine, md
+
+
+def markdown(points, bad, pngs, out_dir, results_dir):
+    cells = cells_of(points)
+    main_machine, md = header(points, cells)
+    summary, sweep = [], []
+    for (trainer, ranks), by_link in cells.items():
         md.append(f"## {trainer}, {ranks} ranks\n")
-        for link, group in by_link.items():
-            target = target_of(group)
-            tgt = (quality_of(any_point(group)).target_words(target) if target is not None
-                   else "no dense point, no target")
+        for link, cell in by_link.items():
+            target = cell.target()
+            tgt = (cell.q.target_words(target) + f", {cell.q.offset_words(cell.q.headline)} "
+                   f"over {cell.runs['dense'].n} dense seed" +
+                   ("s" if cell.runs["dense"].n > 1 else "")
+                   if target is not None else "no dense point, no target")
             md.append(f"### {LINKS.get(link, link)} links ({tgt})\n")
-            machines = machines_of(group)
+            machines = list(dict.fromkeys(p["machine"] for r in cell.runs.values()
+                                          for p in r.points))
             if machines != [main_machine]:
                 md.append("Measured on " + "; ".join(machines) + ".\n")
-            md.extend(group_table(group, target) + [""])
-            summary.append(summary_row(trainer, ranks, link, group, target))
-    md.append("## Summary\n")
-    md.append("`pactrain vs best baseline` is the best baseline's time to target over pactrain's "
-              "best time to target (above 1: pactrain reaches the target sooner).\n")
-    md.append("| trainer | ranks | link | best pactrain (method, x dense steady) | "
-              "best baseline (method, time to target) | pactrain vs best baseline |")
-    md.append("|---|--:|---|---|---|--:|")
+            md.extend(cell_table(cell, target) + [""])
+            summary.append(summary_row(cell, target))
+            sweep += [summary_row(cell, cell.target(off), off) for off in cell.q.offsets]
+    cols = ("best pactrain (method, mean s (range), seeds) | best baseline (method, mean s "
+            "(range), seeds) | baseline / pactrain | verdict | points |")
+    md.append("## Summary (headline target)\n")
+    md.append("| trainer | ranks | link | seeds | " + cols)
+    md.append("|---|--:|---|--:|---|---|--:|---|---|")
     md.extend(summary + [""])
-    md.extend(model_section(points, results_dir))
-    missing = missing_points(points)
+    md.append("## Target sweep\n")
+    md.append("The same race at three targets (accuracy: dense's mean less 0.5, 1 and 1.5 "
+              "points; bits per byte: dense's mean plus 2%, 3% and 5%).\n")
+    md.append("| trainer | ranks | link | seeds | target | " + cols)
+    md.append("|---|--:|---|--:|---|---|---|--:|---|---|")
+    md.extend(sweep + [""])
+    md.extend(model_section(cells, results_dir))
+    missing = missing_points(points, cells)
     md.append("## Missing points\n")
     md.extend([f"- `{m}`" for m in missing] or ["None: every point of the grid is present."])
-    md.extend([f"- `{b}` (could not be read)" for b in bad] + [""])
+    md.extend([f"- `{b}` ({why})" for b, why in bad] + [""])
     if pngs:
         md.append("## Plots\n")
         md.extend(f"![{os.path.basename(p)}]({os.path.relpath(p, out_dir)})\n" for p in pngs)
@@ -385,30 +649,37 @@ def write_data(tmp, name, rows):
     return path
 
 
-def method_line(tmp, name, method, rows):
+def method_line(tmp, name, method, rows, title=None):
     """A gnuplot plot clause for one method's rows (written to a data file in tmp)."""
     path = write_data(tmp, name, rows)
-    return f"'{path}' using 1:2 with linespoints {style(method)} title '{method}'"
+    return f"'{path}' using 1:2 with linespoints {style(method)} title '{title or method}'"
+
+
+def colour(method):
+    return COLOURS.get(method, PACTRAIN_OTHER if is_pactrain(method) else BASELINE_OTHER)
 
 
 def style(method):
-    """Line colour fixed per method, so that the plots agree; pactrain's lines are thicker."""
-    lw = 3 if method in PACTRAIN else 2
-    return f"lc rgb '{COLOURS.get(method, 'gray50')}' lw {lw} pt 7"
+    """Line colour fixed per method, so that the plots agree; pactrain's lines are thicker,
+    and the PowerSGD run with a dense start dashed."""
+    lw = 3 if is_pactrain(method) else 2
+    dt = " dt 2" if method.endswith("_start") else ""
+    return f"lc rgb '{colour(method)}' lw {lw}{dt} pt 7 ps 0.6"
 
 
-def header(term, png, title, xlabel, ylabel):
-    return (f"set terminal {term} size 900,560 noenhanced\nset output '{png}'\n"
+def plot_header(term, png, title, xlabel, ylabel):
+    return (f"set terminal {term} size 1100,640 noenhanced\nset output '{png}'\n"
             f"set title '{title}'\nset xlabel '{xlabel}'\nset ylabel '{ylabel}'\n"
             "set grid\nset key outside right\n")
 
 
 def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
     links = list(by_link)
-    methods = sorted({m for g in by_link.values() for m in g}, key=method_order)
+    methods = sorted({m for c in by_link.values() for m in c.runs}, key=method_order)
     lines = []
     for m in methods:
-        rows = [(i, throughput(by_link[l][m])) for i, l in enumerate(links) if m in by_link[l]]
+        rows = [(i, by_link[l].runs[m].mean(throughput)) for i, l in enumerate(links)
+                if m in by_link[l].runs]
         rows = [r for r in rows if r[1]]
         if rows:
             lines.append(method_line(tmp, f"tp_{trainer}_{ranks}_{m}", m, rows))
@@ -416,54 +687,69 @@ def plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link):
         return []
     png = os.path.join(plots, f"e2e_throughput_{trainer}_np{ranks}.png")
     tics = ", ".join(f"'{LINKS.get(l, l)}' {i}" for i, l in enumerate(links))
-    unit = unit_of(any_point(any_point(by_link)))
-    script = (header(term, png, f"{trainer}, {ranks} ranks: steady throughput", "link",
-                     f"{unit}/s (steady)") +
+    unit = next(iter(by_link.values())).unit
+    script = (plot_header(term, png, f"{trainer}, {ranks} ranks: steady throughput (mean over "
+                          "seeds)", "link", f"{unit}/s (steady)") +
               f"set logscale y\nset xtics ({tics})\nset xrange [-0.3:{len(links) - 0.7}]\n"
               "plot " + ", ".join(lines) + "\n")
     return [png] if run_gnuplot(exe, script, png) else []
 
 
-def plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group):
-    target = target_of(group)
-    q = quality_of(any_point(group))
+def mean_curve(runs):
+    """[(mean wall seconds, mean quality)] at each evaluation the seeds share (they evaluate at
+    the same steps): by epoch where every evaluation names one (a point with its per-epoch
+    history only then shares the epoch ends), else by index."""
+    curves = [p["_evals"] for p in runs.points if p["_evals"]]
+    if not curves:
+        return []
+    if all(e[2] is not None for c in curves for e in c):
+        shared = set.intersection(*({e[2] for e in c} for c in curves))
+        curves = [[e for e in c if e[2] in shared] for c in curves]
+    n = min(len(c) for c in curves)
+    return [(mean(c[i][0] for c in curves), mean(c[i][1] for c in curves)) for i in range(n)]
+
+
+def plot_accuracy(exe, term, tmp, plots, cell):
+    target, q = cell.target(), cell.q
+    tag = f"{cell.trainer}_{cell.link}_np{cell.ranks}"
     lines, end = [], 0.0
-    for m in sorted(group, key=method_order):
-        hist = sorted(group[m].get("history", []), key=lambda h: h.get("epoch", 0))
-        rows = [(h["wall_seconds"], q.shown(h[q.history_key])) for h in hist
-                if h.get("wall_seconds") is not None and h.get(q.history_key) is not None]
+    counts = {r.n for r in cell.runs.values()}
+    for m, runs in cell.runs.items():
+        rows = [(w, q.shown(v)) for w, v in mean_curve(runs)]
         if rows:  # the run starts at wall time 0 with no accuracy measured yet
-            lines.append(method_line(tmp, f"acc_{trainer}_{link}_{ranks}_{m}", m,
-                                     [(0, "NaN")] + rows))
+            title = m if len(counts) == 1 else f"{m} ({runs.n} seed{'s' if runs.n > 1 else ''})"
+            lines.append(method_line(tmp, f"acc_{tag}_{m}", m, [(0, "NaN")] + rows, title))
             end = max(end, rows[-1][0])
     if not lines:
         return []
     if target is not None:  # drawn from data, so that it spans the whole x range
-        path = write_data(tmp, f"target_{trainer}_{link}_{ranks}",
-                          [(0, q.shown(target)), (end, q.shown(target))])
+        path = write_data(tmp, f"target_{tag}", [(0, q.shown(target)), (end, q.shown(target))])
         lines.append(f"'{path}' using 1:2 with lines dt 2 lw 2 lc rgb 'gray40' "
                      f"title 'target {q.describe(target)}'")
-    png = os.path.join(plots, f"e2e_accuracy_{trainer}_{link}_np{ranks}.png")
+    png = os.path.join(plots, f"e2e_accuracy_{tag}.png")
     what = "accuracy" if q.accuracy else "validation bits per byte"
-    title = f"{trainer}, {ranks} ranks, {LINKS.get(link, link)} links: {what} over time"
-    script = (header(term, png, title, "training wall-clock seconds", q.axis) +
+    seeds = ("" if counts != {1} and len(counts) > 1 else
+             ", one seed" if counts == {1} else f", mean of {counts.pop()} seeds")
+    title = f"{cell.name()}: {what}{seeds}"
+    script = (plot_header(term, png, title, "training wall-clock seconds (evaluation excluded)",
+                          q.axis) +
               f"set xrange [0:{end * 1.02}]\nplot " + ", ".join(lines) + "\n")
     return [png] if run_gnuplot(exe, script, png) else []
 
 
-def plot_projection(exe, term, tmp, plots, points, trainer, link, results_dir):
-    m = step_model(points, trainer, small_collective_seconds(results_dir))
+def plot_projection(exe, term, tmp, plots, runs, trainer, link, results_dir):
+    m = step_model(runs, trainer, small_collective_seconds(results_dir))
     lines = []
-    for x in sorted({k[3] for k in points if k[0] == trainer}, key=method_order):
-        rows = m.projection(x, link, batch_of(points, trainer))
+    for x in sorted({k[3] for k in runs if k[0] == trainer}, key=method_order):
+        rows = m.projection(x, link, batch_of(runs, trainer))
         if rows:
             lines.append(method_line(tmp, f"proj_{trainer}_{link}_{x}", x, rows))
     if not lines:
         return []
     png = os.path.join(plots, f"e2e_projection_{trainer}_{link}.png")
-    unit = unit_of(trainer_point(points, trainer))
-    script = (header(term, png, f"{trainer}, {LINKS[link]} links: projected throughput",
-                     "workers", f"{unit}/s (model)") +
+    unit = unit_of(next(p[0] for k, p in runs.items() if k[0] == trainer))
+    script = (plot_header(term, png, f"{trainer}, {LINKS[link]} links: projected throughput",
+                          "workers", f"{unit}/s (model)") +
               "set logscale xy\nset xtics (8, 32, 128, 512, 1024)\nplot " + ", ".join(lines) +
               "\n")
     return [png] if run_gnuplot(exe, script, png) else []
@@ -477,15 +763,18 @@ def make_plots(points, plots, results_dir):
               file=sys.stderr)
         return []
     os.makedirs(plots, exist_ok=True)
+    cells = cells_of(points)
+    runs = {(c.trainer, c.link, c.ranks, m): r.points
+            for by_link in cells.values() for c in by_link.values() for m, r in c.runs.items()}
     acc, tp = [], []
     with tempfile.TemporaryDirectory(prefix="e2e_report_") as tmp:
-        for (trainer, ranks), by_link in groups(points).items():
-            for link, group in by_link.items():
-                acc += plot_accuracy(exe, term, tmp, plots, trainer, ranks, link, group)
+        for (trainer, ranks), by_link in cells.items():
+            for cell in by_link.values():
+                acc += plot_accuracy(exe, term, tmp, plots, cell)
             tp += plot_throughput(exe, term, tmp, plots, trainer, ranks, by_link)
-        for trainer in sorted({k[0] for k in points}):
+        for trainer in sorted({p["trainer"] for p in points}):
             for link in ("100mbit", "1gbit"):
-                tp += plot_projection(exe, term, tmp, plots, points, trainer, link, results_dir)
+                tp += plot_projection(exe, term, tmp, plots, runs, trainer, link, results_dir)
     return acc + tp
 
 
@@ -501,11 +790,11 @@ def main():
     points, bad = load(args.results)
     if not points:
         sys.exit(f"report.py: no readable results in {args.results}")
-    for p in points.values():
+    for p in points:
         p.setdefault("machine", args.machine or "not recorded (pass --machine)")
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
-    results_dir = os.path.dirname(os.path.abspath(args.results))  # sync.csv's
+    results_dir = os.path.dirname(os.path.abspath(args.results))  # netbed.csv's and sync.csv's
     pngs = make_plots(points, os.path.abspath(args.plots or out_dir), results_dir)
     with open(args.out, "w") as f:
         f.write(markdown(points, bad, pngs, out_dir, results_dir))

@@ -12,9 +12,12 @@
 #                          last two need LibTorch) [mlp cnn lm]
 #   PACTRAIN_E2E_LINKS     link rates [100mbit 1gbit none]
 #   PACTRAIN_E2E_RANKS     rank counts [4 2]
-#   PACTRAIN_E2E_METHODS   [dense sparse ternary auto topk powersgd4 powersgdM fp16; the CNN
-#                          and the language model skip auto, which the LibTorch loop does not
-#                          have]
+#   PACTRAIN_E2E_SEEDS     seeds of each point [1 2 3 on 4 ranks at 100mbit and 1gbit (the
+#                          cells that get verdicts), 1 elsewhere]
+#   PACTRAIN_E2E_METHODS   [dense sparse ternary ternary_restart auto dgc999 dgc99 powersgd1
+#                          powersgd2 powersgd4 powersgd8 powersgdM powersgd4_start fp16; see
+#                          method_args below; the CNN and the language model skip auto, which
+#                          the LibTorch loop does not have]
 #   PACTRAIN_E2E_EPOCHS    epochs of every run [each program's: 6, 6 and 4]
 #   PACTRAIN_E2E_RESULTS   where the points go [bench/results/e2e]
 #   PACTRAIN_E2E_MACHINE   the machine recorded in the points it runs [this machine's CPU and
@@ -28,24 +31,30 @@ results=${PACTRAIN_E2E_RESULTS:-bench/results/e2e}
 read -r -a trainers <<< "${PACTRAIN_E2E_TRAINERS:-mlp cnn lm}"
 read -r -a links <<< "${PACTRAIN_E2E_LINKS:-100mbit 1gbit none}"
 read -r -a ranks_list <<< "${PACTRAIN_E2E_RANKS:-4 2}"
-read -r -a methods <<< "${PACTRAIN_E2E_METHODS:-dense sparse ternary auto topk powersgd4 powersgdM fp16}"
+read -r -a methods <<< "${PACTRAIN_E2E_METHODS:-dense sparse ternary ternary_restart auto dgc999 dgc99 powersgd1 powersgd2 powersgd4 powersgd8 powersgdM powersgd4_start fp16}"
 epochs=()
 [[ -n ${PACTRAIN_E2E_EPOCHS:-} ]] && epochs=(--epochs "$PACTRAIN_E2E_EPOCHS")
 
-link_bits() {
-  case "$1" in
-    100mbit) echo 100000000 ;;
-    500mbit) echo 500000000 ;;
-    1gbit) echo 1000000000 ;;
-    2gbit) echo 2000000000 ;;
-    *) echo 0 ;;
-  esac
+# The seeds of a cell: three where the grid gives verdicts (4 ranks at 100 Mbit/s and 1 Gbit/s),
+# one elsewhere (labelled so in the report).
+cell_seeds() {  # <link> <ranks>
+  if [[ -n ${PACTRAIN_E2E_SEEDS:-} ]]; then
+    echo "$PACTRAIN_E2E_SEEDS"
+  elif [[ $2 == 4 && ($1 == 100mbit || $1 == 1gbit) ]]; then
+    echo "1 2 3"
+  else
+    echo 1
+  fi
 }
 
-method_args() {  # the pactrain_e2e arguments of a method's name
+method_args() {  # the programs' arguments of a method's name (its label in the points)
   case "$1" in
-    powersgd4) echo "--method powersgd --powersgd-rank 4" ;;
+    ternary_restart) echo "--method ternary --lr-rewind 1" ;;
+    dgc999) echo "--method topk --dgc-sparsity 0.999" ;;
+    dgc99) echo "--method topk --dgc-sparsity 0.99" ;;
     powersgdM) echo "--method powersgd --powersgd-rank match" ;;
+    powersgd4_start) echo "--method powersgd --powersgd-rank 4 --powersgd-start 0.1" ;;
+    powersgd[0-9]*) echo "--method powersgd --powersgd-rank ${1#powersgd}" ;;
     *) echo "--method $1" ;;
   esac
 }
@@ -67,9 +76,14 @@ trainer_name() {
     *) echo "fmnist_$1" ;;
   esac
 }
-# Whether a trainer has a method: the LibTorch loop has no strategy tuner (auto).
+# Whether a trainer has a method: the LibTorch loop has no strategy tuner (auto), and the
+# language model's recipe never restarts its learning rate (ternary_restart).
 has_method() {
-  [[ $1 == mlp || $2 != auto ]]
+  case "$2" in
+    auto) [[ $1 == mlp ]] ;;
+    ternary_restart) [[ $1 != lm ]] ;;
+    *) true ;;
+  esac
 }
 
 # This machine, recorded in each point it runs; the report names each point's machine (and
@@ -91,9 +105,14 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   mkdir -p "$results"
   trap 'bench/netbed/teardown.sh' EXIT
   total=0
-  for t in "${trainers[@]}"; do
-    for m in "${methods[@]}"; do
-      ! has_method "$t" "$m" || total=$((total + ${#links[@]} * ${#ranks_list[@]}))
+  for link in "${links[@]}"; do
+    for np in "${ranks_list[@]}"; do
+      read -r -a seeds <<< "$(cell_seeds "$link" "$np")"
+      for t in "${trainers[@]}"; do
+        for m in "${methods[@]}"; do
+          ! has_method "$t" "$m" || total=$((total + ${#seeds[@]}))
+        done
+      done
     done
   done
   i=0
@@ -103,29 +122,32 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
     for t in "${trainers[@]}"; do
       exe=$(cd "$build/bench" && pwd)/$(trainer_program "$t")
       for np in "${ranks_list[@]}"; do
-        for m in "${methods[@]}"; do
-          has_method "$t" "$m" || continue
-          i=$((i + 1))
-          out=$results/$(trainer_name "$t")_${link}_np${np}_${m}.json
-          if [[ -f $out ]]; then
-            echo "[$i/$total] $t, $link, $np ranks, $m: kept from an earlier run"
-            continue
-          fi
-          if [[ $testbed == 0 ]]; then
-            bench/netbed/setup.sh 4 "$link"
-            testbed=1
-          fi
-          echo "[$i/$total] $t, $link, $np ranks, $m ($((SECONDS - start)) s so far)"
-          # shellcheck disable=SC2046 # trainer_args and method_args print separate words
-          if pactrain_netbed_run 1800 "$np" -- "$exe" $(trainer_args "$t") $(method_args "$m") \
-               "${epochs[@]}" \
-               --link "$link" --link-bits "$(link_bits "$link")" --machine "$machine" \
-               --out "$out.part"; then
-            mv "$out.part" "$out"
-          else
-            rm -f "$out.part"
-            echo "e2e/run.sh: FAILED at $t, $link, $np ranks, $m" >&2
-          fi
+        read -r -a seeds <<< "$(cell_seeds "$link" "$np")"
+        for seed in "${seeds[@]}"; do
+          for m in "${methods[@]}"; do
+            has_method "$t" "$m" || continue
+            i=$((i + 1))
+            out=$results/$(trainer_name "$t")_${link}_np${np}_${m}_s${seed}.json
+            if [[ -f $out ]]; then
+              echo "[$i/$total] $t, $link, $np ranks, $m, seed $seed: kept from an earlier run"
+              continue
+            fi
+            if [[ $testbed == 0 ]]; then
+              bench/netbed/setup.sh 4 "$link"
+              testbed=1
+            fi
+            echo "[$i/$total] $t, $link, $np ranks, $m, seed $seed ($((SECONDS - start)) s so far)"
+            # shellcheck disable=SC2046 # trainer_args and method_args print separate words
+            if pactrain_netbed_run 1800 "$np" -- "$exe" $(trainer_args "$t") $(method_args "$m") \
+                 "${epochs[@]}" --seed "$seed" --label "$m" \
+                 --link "$link" --link-bits "$(pactrain_link_bits "$link")" --machine "$machine" \
+                 --out "$out.part"; then
+              mv "$out.part" "$out"
+            else
+              rm -f "$out.part"
+              echo "e2e/run.sh: FAILED at $t, $link, $np ranks, $m, seed $seed" >&2
+            fi
+          done
         done
       done
     done

@@ -18,6 +18,9 @@
 // Options of both trainers (defaults in brackets: cnn's, then lm's):
 //   --method M          dense|sparse|ternary|topk|powersgd|fp16 [sparse]
 //   --powersgd-rank R   R or match [4]
+//   --powersgd-start F  PowerSGD's dense start, a fraction of the steps [0]
+//   --dgc-sparsity S    DGC's final sparsity [0.999]
+//   --dgc-warmup-epochs E  DGC's sparsity warm-up, at most a quarter of the run [4]
 //   the LibTorch examples' run options (examples/common/torch_train.hpp: --epochs [6; 4],
 //   --batch [32; 16], --lr [0.05; 0.4], --clip [0; 1], --sparsity [0.9; 0.8], --prune-window
 //   [0.1,0.5; 0.25,0.75], --prune-updates [20], --scope [global], --ternary-block [128],
@@ -70,7 +73,8 @@ e2e::torch_options parse(int argc, char** argv) {
   e2e::torch_options o;
   examples::torch_cnn::default_recipe(o.cli);
   o.cli.run.epochs = 6;
-  o.cli.ternary_block = 128;
+  o.cli.run.shape.rewind = 0;  // every method one schedule; --lr-rewind 1 is a variant
+  o.cli.run.evals_per_epoch = 4;
   examples::parse_command_line(
       argc, argv, usage, o.cli,
       [&](const std::string& a, const std::string& v) { return e2e::parse_torch_option(a, v, o); });
@@ -116,6 +120,7 @@ options parse(int argc, char** argv) {
   options o;
   task_lm::default_recipe(o.cli);
   o.cli.run.epochs = 4;
+  o.cli.run.evals_per_epoch = 4;
   o.cli.run.prune_start = 0.25;
   o.cli.run.prune_end = 0.75;
   o.train_limit = 800000;

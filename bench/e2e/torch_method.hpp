@@ -23,9 +23,10 @@ namespace e2e {
 /// the ternary run's buckets and scales.
 struct torch_options : run_options {
   examples::torch_cli cli;
-  // Ternary: one bucket for all tensors (a scale round and a collective per step, a scale per
-  // --ternary-block kept entries) or one per tensor (the LibTorch examples'). One bucket took
-  // 11.8 ms per step after pruning at 100 Mbit/s on 4 ranks against 16.1 ms (the CNN).
+  // Ternary: one bucket for all tensors (the LibTorch examples' default: a scale round and a
+  // collective per step, a scale per --ternary-block kept entries) or one per tensor. One
+  // bucket took 11.8 ms per step after pruning at 100 Mbit/s on 4 ranks against 16.1 ms (the
+  // CNN, on the earlier testbed whose small messages crossed unshaped).
   bool ternary_one_bucket = true;
   pactrain::scale_source ternary_scale = pactrain::scale_source::current_max;
 };
@@ -33,8 +34,9 @@ struct torch_options : run_options {
 /// The usage lines of the options parse_torch_option reads (besides torch_cli's).
 inline constexpr const char* torch_options_usage =
     "       [--method dense|sparse|ternary|topk|powersgd|fp16] [--powersgd-rank R|match]\n"
+    "       [--powersgd-start F] [--dgc-sparsity S] [--dgc-warmup-epochs E]\n"
     "       [--train-limit N] [--test-limit N] [--data DIR] [--link NAME] [--link-bits N]\n"
-    "       [--machine TEXT] [--out PATH]\n"
+    "       [--machine TEXT] [--label NAME] [--out PATH]\n"
     "       [--ternary-buckets per-tensor|one] [--ternary-scale current|previous]\n";
 
 /// Reads option `a` with value `v` into `o`; false if `a` is none of torch_options' (besides
@@ -93,9 +95,18 @@ examples::train_result train_method(const torch_options& o, Task& task, MPI_Comm
   const pactrain::torch_params probe_params(*probe);
   const pactrain::param_layout& layout = probe_params.layout();
   const std::size_t k = kept_entries(layout, probe_params.prunable(), o.cli.sparsity);
+  // The run's steps as torch_train counts them: the smallest shard decides.
+  auto shard = static_cast<unsigned long long>(task.local_samples());
+  MPI_Allreduce(MPI_IN_PLACE, &shard, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+  const std::uint64_t per_epoch = shard / static_cast<std::uint64_t>(r.batch);
   const std::unique_ptr<examples::gradient_exchange> x =
-      make_exchange(o.method, o.powersgd_rank, comm, layout, k, static_cast<float>(r.momentum),
-                    static_cast<float>(r.weight_decay), r.seed);
+      make_exchange(o, comm, layout,
+                    {.k = k,
+                     .momentum = static_cast<float>(r.momentum),
+                     .weight_decay = static_cast<float>(r.weight_decay),
+                     .seed = r.seed,
+                     .steps_per_epoch = per_epoch,
+                     .steps = per_epoch * static_cast<std::uint64_t>(r.epochs)});
   return examples::torch_train<examples::exchange_engine>(r, 0.0, task, comm, o.method.c_str(),
                                                           quality, {}, *x);
 }
@@ -110,8 +121,11 @@ inline point_meta torch_meta(const torch_options& o, const char* trainer,
   m.link = o.link;
   m.link_bits = o.link_bits;
   m.machine = o.machine;
-  m.method = method_label(o.method, o.powersgd_rank);
+  m.method = method_label(o);
   m.epochs = o.cli.run.epochs;
+  m.seed = o.cli.run.seed;
+  m.lr_rewind = o.cli.run.shape.rewind;
+  m.evals_per_epoch = o.cli.run.evals_per_epoch;
   m.global_batch = global_batch;
   return m;
 }

@@ -7,7 +7,18 @@
 #   bench/netbed/launch.sh ...        # run MPI ranks on the hosts
 #   bench/netbed/teardown.sh
 #
-# Needs root and iproute2. Addresses: host K is 10.78.0.K/24 (see common.sh).
+# Every byte is shaped: segmentation and receive offloads (TSO, GSO, GRO) are off on both ends
+# of every veth, so the kernel hands tbf wire-sized packets, and tbf's bucket holds about 1 ms
+# of bytes at the rate, at least 16 KiB (16 KiB at 100 Mbit/s, 125 kB at 1 Gbit/s), so that a
+# compute gap lets little through at veth speed. A smaller bucket at 1 Gbit/s starves tbf
+# between its timer wake-ups: 16 KiB ran a 3.5 MB allreduce at a third of the rate (README).
+# With the bucket this script gave before (10 ms of bytes, at least 256 KiB, needed while 64 KiB
+# offload super-packets passed) a payload under ~256 KiB crossed unshaped after every gap.
+# PACTRAIN_NETBED_BUCKET=legacy keeps that old setting (offloads on, the large bucket), for
+# comparison only; PACTRAIN_NETBED_BUCKET=<bytes> sets the bucket (offloads off unless
+# PACTRAIN_NETBED_OFFLOADS=on).
+#
+# Needs root, iproute2 and ethtool. Addresses: host K is 10.78.0.K/24 (see common.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=common.sh
@@ -33,21 +44,34 @@ if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "setup.sh: needs iproute2 (ip, tc)" >&2
   exit 1
 fi
+bucket=${PACTRAIN_NETBED_BUCKET:-$(( bits / 8 / 1000 > 16384 ? bits / 8 / 1000 : 16384 ))}
+if [[ $bucket == legacy ]]; then
+  offloads=on
+  # About 10 ms of bytes at the rate, at least 256 KiB.
+  burst=$(( bits / 8 / 100 ))
+  (( burst < 262144 )) && burst=262144
+elif [[ $bucket =~ ^[0-9]+$ ]] && (( bucket >= 2048 )); then
+  offloads=${PACTRAIN_NETBED_OFFLOADS:-off}
+  burst=$bucket
+else
+  echo "setup.sh: PACTRAIN_NETBED_BUCKET must be legacy or a byte count >= 2048, not '$bucket'" >&2
+  exit 2
+fi
+if [[ $offloads == off && $bits -ne 0 ]] && ! command -v ethtool >/dev/null; then
+  echo "setup.sh: needs ethtool (Debian package ethtool) to turn veth offloads off" >&2
+  exit 1
+fi
 
 "$here/teardown.sh"
-
-# tbf bucket: about 10 ms of bytes at the rate, at least 256 KiB.
-burst=$(( bits / 8 / 100 ))
-(( burst < 262144 )) && burst=262144
 
 shape() {  # shape <netns or ""> <dev>
   local ns=$1 dev=$2
   [[ $bits -eq 0 ]] && return 0
-  if [[ -n "$ns" ]]; then
-    ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms
-  else
-    tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms
-  fi
+  local in=()
+  [[ -n "$ns" ]] && in=(ip netns exec "$ns")
+  # Offloads off on this end: tbf then sees and times every wire-sized packet.
+  [[ $offloads == on ]] || "${in[@]}" ethtool -K "$dev" tso off gso off gro off >/dev/null
+  "${in[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms
 }
 
 ip link add "$PACTRAIN_NETBED_BRIDGE" type bridge
@@ -72,5 +96,9 @@ for k in $(seq 1 "$n"); do
   mkdir -p "$PACTRAIN_NETBED_STATE/tmp-$k"
   echo "$(netbed_addr "$k") slots=1" >> "$PACTRAIN_NETBED_STATE/hostfile"
 done
-printf '%s %s\n' "$n" "$rate" > "$PACTRAIN_NETBED_STATE/config"
-echo "netbed: $n hosts on $PACTRAIN_NETBED_CIDR, links $rate"
+printf '%s %s %s\n' "$n" "$rate" "$burst" > "$PACTRAIN_NETBED_STATE/config"
+if [[ $bits -eq 0 ]]; then
+  echo "netbed: $n hosts on $PACTRAIN_NETBED_CIDR, links unshaped"
+else
+  echo "netbed: $n hosts on $PACTRAIN_NETBED_CIDR, links $rate, bucket $burst bytes, offloads $offloads"
+fi

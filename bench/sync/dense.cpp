@@ -1,5 +1,5 @@
 // dense: one MPI_Allreduce (MPI_SUM, MPI_FLOAT, in place) of the whole gradient, then a scale
-// by 1/P: the plain dense baseline, with whatever algorithm Open MPI is told to use.
+// by 1/P: the plain dense baseline, with whatever algorithm Open MPI picks or is told to use.
 #include "harness.hpp"
 
 namespace sync_bench {
@@ -24,6 +24,11 @@ class dense_strategy final : public strategy {
   [[nodiscard]] std::size_t bytes_sent() const override { return n_ * sizeof(float); }
   std::vector<float> reference(const options& o, int ranks) override {
     return dense_average(o, n_, ranks);
+  }
+  [[nodiscard]] collective_choice collective(const pactrain::mpi_allreduce_config& c,
+                                             int ranks) const override {
+    return {pactrain::to_string(c.blocking(std::min(n_, chunk), sizeof(float), ranks)),
+            c.readable && (c.blocking_forced != 0 || c.blocking_rules_file)};
   }
 
  private:

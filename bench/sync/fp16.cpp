@@ -163,6 +163,12 @@ class fp16_strategy final : public strategy {
   }
   // Each rank's value rounds once (<= 2^-12 for |g/P| < 1), each of the P-1 sums once more.
   [[nodiscard]] double tolerance(int ranks) const override { return ranks * 0x1p-10; }
+  // The user MPI_Op is commutative, so coll/tuned decides as for MPI_SUM, on 2-byte elements.
+  [[nodiscard]] collective_choice collective(const pactrain::mpi_allreduce_config& c,
+                                             int ranks) const override {
+    return {pactrain::to_string(c.blocking(std::min(n_, chunk), sizeof(std::uint16_t), ranks)),
+            c.readable && (c.blocking_forced != 0 || c.blocking_rules_file)};
+  }
 
  private:
   static constexpr std::size_t chunk = std::size_t{1} << 30;

@@ -34,8 +34,8 @@
 // Strategies (what each rank sends per sync, n = dense entries, k = kept entries):
 //   dense   one MPI_Allreduce (MPI_SUM, MPI_FLOAT, in place) of the whole gradient, then a
 //           scale by 1/P: the plain dense baseline. It uses whatever allreduce algorithm Open
-//           MPI is told to (the testbed launcher forces ring; the `allreduce` column says
-//           which). 4n bytes handed to the collective.
+//           MPI picks or is told to (the testbed launcher forces ring). 4n bytes handed to the
+//           collective.
 //   sparse  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> with a random mask
 //           of exactly k = round(D n) kept entries per tensor (random_pruning, the same seed on
 //           every rank): compaction, one MPI_Iallreduce of k floats per bucket, expansion.
@@ -75,7 +75,11 @@
 // of it that grows with the number of ranks (topk's accumulation of P k pairs; 0 otherwise).
 // wire_bytes (with --netdev) is the mean over ranks of what the interface transmitted per
 // timed sync, headers and retransmissions included; bytes_sent is what a rank hands to the
-// collective.
+// collective. `allreduce` is the algorithm the MPI library runs for the method's collective
+// (pactrain::mpi_allreduce_algorithms(): coll/tuned's for dense and fp16's MPI_Allreduce,
+// coll/libnbc's for the engines' in-place MPI_Iallreduce, "allgather" for topk; "unknown" where
+// the MPI is not Open MPI); `allreduce_choice` says whether an MCA setting forced it ("forced")
+// or the library chose ("library"). The readable summary starts with the settings' line.
 #include "harness.hpp"
 
 #include <cmath>
@@ -92,7 +96,7 @@ namespace {
 
 constexpr const char* csv_header =
     "strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
-    "compute_p_s,iters,allreduce,plan,predicted_s,pages";
+    "compute_p_s,iters,allreduce,plan,predicted_s,pages,allreduce_choice";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -241,17 +245,6 @@ std::uint64_t read_tx_bytes(const std::string& dev) {
   return v;
 }
 
-std::string allreduce_algorithm() {
-  const char* dyn = std::getenv("OMPI_MCA_coll_tuned_use_dynamic_rules");
-  const char* alg = std::getenv("OMPI_MCA_coll_tuned_allreduce_algorithm");
-  if (dyn == nullptr || std::string_view(dyn) != "1" || alg == nullptr) return "default";
-  const std::string_view a = alg;
-  if (a == "4" || a == "ring") return "ring";
-  std::string name = "alg";
-  name.append(a);
-  return name;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t m = v.size() / 2;
@@ -265,6 +258,9 @@ int run(const options& o) {
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
   const std::size_t n = o.bytes / sizeof(float);
+  // What the MPI library's allreduces run (Open MPI's settings, read through MPI_T).
+  const pactrain::mpi_allreduce_config mpi_algorithms = pactrain::mpi_allreduce_algorithms();
+  if (rank == 0 && !o.csv) std::printf("%s\n", pactrain::to_string(mpi_algorithms).c_str());
 
   gradient base(n), g(n);
   fill_gradient(base, o.seed, rank);
@@ -343,24 +339,27 @@ int run(const options& o) {
       }
       if (rank != 0) continue;
       const auto& s = e.s;
+      const collective_choice coll = s->collective(mpi_algorithms, ranks);
       const double med = median(e.times);
       const double lo = *std::min_element(e.times.begin(), e.times.end());
       const double hi = *std::max_element(e.times.begin(), e.times.end());
       if (o.csv) {
         const std::string predicted =
             s->predicted_seconds() < 0 ? "" : std::to_string(s->predicted_seconds());
-        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s,%s\n", e.name.c_str(),
-                    ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(), wire.c_str(),
-                    median(e.locals), median(e.growing), o.iters, allreduce_algorithm().c_str(),
-                    s->plan().c_str(), predicted.c_str(), o.huge_pages ? "huge" : "small");
+        std::printf("%s,%d,%zu,%g,%.6f,%.6f,%.6f,%zu,%s,%.6f,%.6f,%d,%s,%s,%s,%s,%s\n",
+                    e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, s->bytes_sent(),
+                    wire.c_str(), median(e.locals), median(e.growing), o.iters,
+                    coll.algorithm.c_str(), s->plan().c_str(), predicted.c_str(),
+                    o.huge_pages ? "huge" : "small", coll.forced ? "forced" : "library");
       } else {
         std::printf(
             "%s: %d ranks, %zu bytes, density %g: median %.6f s per sync (min %.6f, max %.6f) "
-            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; allreduce %s%s%s; %s "
-            "pages\n",
+            "over %d, local work %.6f s; %zu bytes sent per rank%s%s; collective %s (%s)%s%s; "
+            "%s pages\n",
             e.name.c_str(), ranks, o.bytes, o.density, med, lo, hi, o.iters, median(e.locals),
             s->bytes_sent(), wire.empty() ? "" : ", on the wire ", wire.c_str(),
-            allreduce_algorithm().c_str(), s->plan().empty() ? "" : "; buckets ", s->plan().c_str(),
+            coll.algorithm.c_str(), coll.forced ? "forced" : "the library's choice",
+            s->plan().empty() ? "" : "; buckets ", s->plan().c_str(),
             o.huge_pages ? "huge" : "small");
         if (s->predicted_seconds() >= 0) {
           std::printf("  the planner predicted %.6f s per sync\n", s->predicted_seconds());

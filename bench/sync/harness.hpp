@@ -114,6 +114,13 @@ inline void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
 }
 
+/// What a method's collective runs: an algorithm's name ("ring", "binomial", ...; "allgather"
+/// for a method without an allreduce), and whether the MPI settings forced it.
+struct collective_choice {
+  std::string algorithm;
+  bool forced = false;
+};
+
 /// One strategy: sync(g) averages g across ranks in place and returns the seconds of local
 /// work it did.
 class strategy {
@@ -131,6 +138,14 @@ class strategy {
   [[nodiscard]] virtual std::string plan() const { return {}; }
   /// auto: the planner's predicted seconds per sync; negative for the fixed strategies.
   [[nodiscard]] virtual double predicted_seconds() const { return -1.0; }
+  /// The algorithm the MPI library runs for this method's data collective on `ranks` ranks,
+  /// from `c` (pactrain::mpi_allreduce_algorithms()), and whether an MCA setting forced it.
+  /// This default is pactrain's engine: an in-place MPI_Iallreduce of each bucket's payload.
+  [[nodiscard]] virtual collective_choice collective(const pactrain::mpi_allreduce_config& c,
+                                                     int ranks) const {
+    return {pactrain::to_string(c.nonblocking(bytes_sent() / sizeof(float), sizeof(float), ranks)),
+            c.readable && c.nonblocking_forced != 0};
+  }
 };
 
 /// The dense average of every rank's first gradient: the reference of the dense methods.

@@ -1,6 +1,7 @@
 // topk: DGC-style Top-k with error feedback; every rank's k (index, value) pairs gathered by one
-// MPI_Allgather and accumulated into the dense result. Shared by pactrain-sync-bench (topk.cpp)
-// and the end-to-end trainer's DGC baseline (bench/e2e).
+// MPI_Allgather and accumulated into the dense result. topk_strategy, one global selection over
+// the whole gradient, is pactrain-sync-bench's method (topk.cpp); select_topk is also the
+// per-tensor selection of the end-to-end trainer's DGC baseline (bench/e2e/baselines.hpp).
 #pragma once
 
 #include "harness.hpp"
@@ -124,6 +125,10 @@ class topk_strategy final : public strategy {
   /// The indices this rank sent in the last sync, ascending.
   [[nodiscard]] std::span<const std::uint32_t> selected() const noexcept { return idx_; }
   [[nodiscard]] double rank_dependent_seconds() const override { return accumulate_seconds_; }
+  [[nodiscard]] collective_choice collective(const pactrain::mpi_allreduce_config&,
+                                             int) const override {
+    return {"allgather", false};
+  }
 
   std::vector<float> reference(const options& o, int ranks) override {
     // First sync, residual zero: every rank's own top-k, summed in rank order.

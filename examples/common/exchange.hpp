@@ -35,6 +35,14 @@ class gradient_exchange {
   /// True where the exchange applies momentum and weight decay itself (DGC's momentum
   /// correction): the trainer's optimiser then takes plain SGD steps on its result.
   [[nodiscard]] virtual bool applies_momentum() const { return false; }
+  /// True where the exchange clips each rank's own gradient before it compresses it (DGC's
+  /// local gradient clipping). A trainer that clips the averaged gradient to a norm then
+  /// passes that norm to set_clip once, before the first exchange, and does not clip the
+  /// exchange's result.
+  [[nodiscard]] virtual bool clips_locally() const { return false; }
+  /// The norm the trainer would clip the averaged gradient to (0: none); read only where
+  /// clips_locally().
+  virtual void set_clip(double /*norm*/) {}
 };
 
 /// A gradient_exchange in the place of a sync engine in a training loop: the model's layout,

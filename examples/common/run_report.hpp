@@ -57,6 +57,21 @@ struct epoch_record {
   double epoch_seconds = 0;        // training steps only (no evaluation)
 };
 
+/// One evaluation of the model during a run (every rank has the same values).
+struct eval_record {
+  std::uint64_t step = 0;    // steps taken before it
+  double epoch = 0;          // step / steps per epoch: 1.25 is a quarter into the second epoch
+  double train_seconds = 0;  // wall time of the steps so far (no evaluation), mean over ranks
+  double test_accuracy = 0;  // classifiers
+  double val_bpb = 0;        // language model
+};
+
+/// Whether a run evaluates after step `s` (from 0) of an epoch of `steps` steps, evaluating
+/// `per_epoch` times an epoch at evenly spread steps, the last at the epoch's end.
+inline bool evaluates_after(std::uint64_t s, std::uint64_t steps, std::uint64_t per_epoch) {
+  return (s + 1) * per_epoch / steps != s * per_epoch / steps;
+}
+
 /// One run of a trainer, dense or pruned.
 struct train_result {
   double test_accuracy = 0;  // at the end (classifiers)
@@ -77,8 +92,9 @@ struct train_result {
   std::size_t steps_per_epoch = 0;
   std::size_t mask_updates = 0;
   std::size_t collectives_per_step = 0;  // collectives the last step issued
-  bool weights_agree = false;  // bit-identical weights on every rank at the end
+  bool weights_agree = false;            // bit-identical weights on every rank at the end
   std::vector<epoch_record> history;
+  std::vector<eval_record> evals;            // every evaluation, the epochs' last ones included
   std::vector<pactrain::bitmap_mask> masks;  // final masks, in layout order
   std::vector<float> params;                 // final parameters
   pactrain::param_layout layout;

@@ -53,6 +53,9 @@ struct torch_run_options {
   // Whether the magnitude ranking spans all prunable tensors or each keeps the same share.
   pactrain::pruning_scope scope = pactrain::pruning_scope::per_tensor;
   std::uint64_t seed = 1;
+  // Evaluations per epoch, at evenly spread steps, the last at the epoch's end; outside the
+  // timed steps.
+  std::uint64_t evals_per_epoch = 1;
 };
 
 /// One run (collective over `comm`). `sparsity` 0 is the dense baseline: no pruner. `topt`
@@ -80,6 +83,7 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
   const auto steps_per_epoch =
       static_cast<std::uint64_t>(min_shard) / static_cast<std::uint64_t>(o.batch);
   PACTRAIN_EXPECTS(steps_per_epoch > 0, std::string(name) + ": less than one batch per rank");
+  PACTRAIN_EXPECTS(o.evals_per_epoch > 0, std::string(name) + ": evals_per_epoch must be positive");
   const std::uint64_t total_steps = steps_per_epoch * static_cast<std::uint64_t>(o.epochs);
 
   torch::manual_seed(o.seed);  // the same initial weights everywhere (broadcast makes sure)
@@ -101,11 +105,14 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
   }
   // [/snippet:setup]
   constexpr bool engine = !is_exchange_engine<Sync>;
+  bool local_clip = false;  // an exchange clips each rank's gradient (DGC): not the average
   if constexpr (!engine) {
     PACTRAIN_EXPECTS(sparsity == 0 && !o.fused,
                      std::string(name) + ": a gradient exchange trains dense, without --fused");
     sync.bind_params(params.values_const());
     if (sync.exchange().applies_momentum()) opt = pactrain::sgd({.lr = o.lr});
+    local_clip = sync.exchange().clips_locally();
+    if (local_clip) sync.exchange().set_clip(o.clip);
   }
   const std::uint64_t last_update =
       pruner ? last_mask_update(pruner->schedule(), total_steps) : total_steps;
@@ -119,6 +126,8 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
     double loss_sum = 0;
     double sync_seconds = 0;
     double prune_seconds = 0;
+    double eval_seconds = 0;   // evaluation inside the epoch, not timed
+    epoch_record quality_rec;  // the last evaluation's quality fields
     const auto epoch_start = std::chrono::steady_clock::now();
     for (std::uint64_t s = 0; s < steps_per_epoch; ++s, ++step) {
       opt.set_lr(o.lr * lr_factor(o.shape, step, total_steps, last_update));
@@ -132,7 +141,7 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
       } else {
         overlap.finish_step();  // averaged over the ranks, +0 at pruned entries
         if (sync.stats().nonfinite_buckets == 0) {
-          if (o.clip > 0) {  // the averaged gradient is the same on every rank, so is its norm
+          if (o.clip > 0 && !local_clip) {  // averaged: the same on every rank, so is its norm
             const double norm = params.flat_grads().norm().item<double>();
             if (norm > o.clip) params.flat_grads().mul_(o.clip / norm);
           }
@@ -153,9 +162,28 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
       prune_seconds += seconds_since(prune_at);
       if (pruner && pruner->schedule().is_update_step(step)) ++res.mask_updates;
       loss_sum += loss.item<double>();
+      if (evaluates_after(s, steps_per_epoch, o.evals_per_epoch)) {
+        const auto eval_at = std::chrono::steady_clock::now();
+        double so_far = res.train_seconds + seconds_since(epoch_start) - eval_seconds;
+        MPI_Allreduce(MPI_IN_PLACE, &so_far, 1, MPI_DOUBLE, MPI_SUM, comm);
+        {
+          torch::NoGradGuard no_grad;
+          model->eval();
+          task.evaluate(model, quality_rec, comm);
+          model->train();
+        }
+        res.evals.push_back(
+            {.step = step + 1,
+             .epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch),
+             .train_seconds = so_far / ranks,
+             .test_accuracy = quality_rec.test_accuracy,
+             .val_bpb = quality_rec.val_bpb});
+        eval_seconds += seconds_since(eval_at);
+      }
     }
     // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
-    double sums[4] = {loss_sum, seconds_since(epoch_start), sync_seconds, prune_seconds};
+    double sums[4] = {loss_sum, seconds_since(epoch_start) - eval_seconds, sync_seconds,
+                      prune_seconds};
     MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm);
     const auto per_step = static_cast<double>(steps_per_epoch);
     epoch_record rec;
@@ -165,12 +193,10 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
     rec.step_seconds = rec.epoch_seconds / per_step;
     rec.sync_seconds = sums[2] / ranks / per_step;
     rec.prune_seconds = sums[3] / ranks / per_step;
-    {
-      torch::NoGradGuard no_grad;
-      model->eval();
-      task.evaluate(model, rec, comm);
-      model->train();
-    }
+    // The epoch's last evaluation is at its end.
+    rec.test_accuracy = quality_rec.test_accuracy;
+    rec.val_loss = quality_rec.val_loss;
+    rec.val_bpb = quality_rec.val_bpb;
     std::size_t kept = 0;
     std::size_t total = 0;
     for (std::size_t i = 0; i < params.layout().tensor_count(); ++i) {
@@ -213,7 +239,7 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
 struct torch_cli {
   std::string mode = "all";       // all, both (dense and sparse), dense, sparse or ternary
   double sparsity = 0.9;          // final fraction of the prunable weights pruned
-  std::size_t ternary_block = 0;  // ternary run: kept entries per scale (0: one per tensor)
+  std::size_t ternary_block = 0;  // ternary run: kept entries per scale (0: one per bucket)
   std::string summary;            // JSON summary path (none if empty)
   torch_run_options run;
 };
@@ -224,7 +250,7 @@ constexpr const char* torch_cli_usage =
     "       [--lr-warmup F] [--lr-rewind F] [--momentum X] [--weight-decay X] [--clip X]\n"
     "       [--fused on|off]\n"
     "       [--sparsity S] [--prune-window A,B] [--prune-updates N] [--scope per-tensor|global]\n"
-    "       [--ternary-block B] [--summary PATH] [--seed N]";
+    "       [--ternary-block B] [--summary PATH] [--seed N] [--evals-per-epoch N]";
 
 /// Reads option `a` with value `v` into `c`; false if `a` is not one of torch_cli's.
 inline bool parse_torch_option(const std::string& a, const std::string& v, torch_cli& c) {
@@ -266,6 +292,8 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
     c.summary = v;
   } else if (a == "--seed") {
     r.seed = to_count(a, v);
+  } else if (a == "--evals-per-epoch") {
+    r.evals_per_epoch = to_count(a, v);
   } else {
     return false;
   }
@@ -274,9 +302,9 @@ inline bool parse_torch_option(const std::string& a, const std::string& v, torch
 
 /// How the ternary run scales its lanes, for the programs' headers.
 inline std::string ternary_scale_text(const torch_cli& c) {
-  return c.ternary_block == 0
-             ? "one scale per tensor"
-             : "one scale per block of " + std::to_string(c.ternary_block) + " kept entries";
+  return c.ternary_block == 0 ? "one bucket, one scale"
+                              : "one bucket, one scale per block of " +
+                                    std::to_string(c.ternary_block) + " kept entries";
 }
 
 /// Entries of a module's parameters.
@@ -344,9 +372,10 @@ inline void validate(const torch_cli& c) {
 
 /// The runs `c.mode` asks for, one after the other on the same task: dense (whole buckets,
 /// no pruner), sparse (pruned to c.sparsity, kept entries as float) and ternary (the sparse run
-/// with kept entries as ternary lanes with error feedback, one bucket and so one scale per
-/// tensor, or per block of c.ternary_block kept entries: the layers' gradients differ by orders
-/// of magnitude, and so do the rows of one matrix; a shared scale would round most to 0).
+/// with kept entries as ternary lanes with error feedback, every tensor in one bucket, so one
+/// scale round and one allreduce per step, with a scale per block of c.ternary_block kept
+/// entries: the layers' gradients differ by orders of magnitude, and so do the rows of one
+/// matrix; a shared scale would round most to 0). That is bench/e2e's LibTorch grid.
 template <class Task>
 std::vector<named_run> run_modes(const torch_cli& c, Task& task, metric quality, MPI_Comm comm) {
   using plain_sync =
@@ -371,12 +400,11 @@ std::vector<named_run> run_modes(const torch_cli& c, Task& task, metric quality,
                                            strategy(pactrain::bucket_strategy::sparse))});
   }
   if (wants("ternary")) {
-    runs.push_back(
-        {"ternary",
-         torch_train<ternary_sync>(
-             c.run, c.sparsity, task, comm, "ternary", quality, {.bucket_capacity = 1},
-             pactrain::ternary_codec{{.seed = c.run.seed, .scale_block = c.ternary_block}},
-             strategy(pactrain::bucket_strategy::sparse))});
+    runs.push_back({"ternary", torch_train<ternary_sync>(
+                                   c.run, c.sparsity, task, comm, "ternary", quality, {},
+                                   pactrain::ternary_codec{
+                                       {.seed = c.run.seed, .scale_block = c.ternary_block}},
+                                   strategy(pactrain::bucket_strategy::sparse))});
   }
   return runs;
 }

@@ -34,12 +34,13 @@
 //   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]
 //   --summary PATH            write a JSON summary (accuracies as fractions in [0, 1])
 //   --seed N                  initialisation and shuffling seed [1]
-//   --ternary-rows R          ternary run: one scale per block of R rows of each weight
-//                             matrix (0: one per tensor) [64]
+//   --ternary-rows R          ternary run: a bucket, and so a scale, per block of R rows of
+//                             each weight matrix (0: a bucket per tensor) [0]
 //   --ternary-block B         ternary run: one scale per B kept entries of a bucket (0: one
-//                             per bucket) [0]
+//                             per bucket) [1024]
 //   --ternary-scale current|previous  ternary run: the scale from a MAX allreduce before
-//                             encoding, or the previous step's [current]
+//                             encoding, or the previous step's, reduced beside the data
+//                             [previous]
 //   --overlap on|off          on: hand each layer's gradients to the sync engine as soon as
 //                             backward has produced them (submit_bucket); off: one
 //                             sync.allreduce after backward; the same bits either way [on]

@@ -56,6 +56,8 @@ inline bool parse_train_option(const std::string& a, const std::string& v, train
     cfg.overlap = ::examples::on_off(a, v);
   } else if (a == "--optimizer") {
     cfg.optimizer = optimizer_from_string(v);
+  } else if (a == "--evals-per-epoch") {
+    cfg.evals_per_epoch = to_count(a, v);
   } else {
     return false;
   }

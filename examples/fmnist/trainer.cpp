@@ -63,6 +63,7 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
   PACTRAIN_EXPECTS(cfg.lr_warmup >= 0.0 && cfg.lr_hold >= 0.0 && cfg.lr_warmup + cfg.lr_hold < 1.0,
                    "train: need lr_warmup, lr_hold >= 0 and lr_warmup + lr_hold < 1");
   PACTRAIN_EXPECTS(cfg.lr_rewind >= 0.0, "train: lr_rewind must not be negative");
+  PACTRAIN_EXPECTS(cfg.evals_per_epoch > 0, "train: evals_per_epoch must be positive");
   PACTRAIN_EXPECTS(train_set.features() == test_set.features(),
                    "train: train and test images differ in size");
   PACTRAIN_EXPECTS(exchange == nullptr || (cfg.sparsity == 0.0 && !cfg.ternary),
@@ -159,6 +160,8 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
       double loss_sum = 0;
       double epoch_sync = 0;
       double epoch_prune = 0;
+      double epoch_eval = 0;  // evaluation inside the epoch, not timed
+      double accuracy = 0;    // the last evaluation's
       const auto epoch_start = std::chrono::steady_clock::now();
       for (std::size_t s = 0; s < steps_per_epoch; ++s, ++step) {
         for (std::size_t b = 0; b < cfg.batch; ++b) {
@@ -227,9 +230,22 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
             epoch_prune += detail::seconds_since(t1);
           }
         }
+        if (::examples::evaluates_after(s, steps_per_epoch, cfg.evals_per_epoch)) {
+          const auto t2 = std::chrono::steady_clock::now();
+          double so_far = train_seconds + detail::seconds_since(epoch_start) - epoch_eval;
+          MPI_Allreduce(MPI_IN_PLACE, &so_far, 1, MPI_DOUBLE, MPI_SUM, comm);
+          accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
+          res.evals.push_back(
+              {.step = step + 1,
+               .epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch),
+               .train_seconds = so_far / ranks,
+               .test_accuracy = accuracy});
+          epoch_eval += detail::seconds_since(t2);
+        }
       }
       // Loss summed, times averaged over the ranks (a fast rank waits longer in the sync).
-      double sums[4] = {loss_sum, detail::seconds_since(epoch_start), epoch_sync, epoch_prune};
+      double sums[4] = {loss_sum, detail::seconds_since(epoch_start) - epoch_eval, epoch_sync,
+                        epoch_prune};
       MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm);
       const double epoch_seconds = sums[1] / ranks;
       epoch_sync = sums[2] / ranks;
@@ -242,7 +258,7 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
       rec.epoch = epoch;
       rec.train_loss =
           sums[0] / static_cast<double>(steps_per_epoch * static_cast<std::size_t>(ranks));
-      rec.test_accuracy = detail::evaluate(model, x_test, y_test, test_set.count, comm);
+      rec.test_accuracy = accuracy;  // the epoch's last evaluation is at its end
       std::size_t kept = 0;
       std::size_t total = 0;
       for (std::size_t i = 0; i < sync_layout.tensor_count(); ++i) {

@@ -91,17 +91,19 @@ struct train_config {
   // from a MAX allreduce, stochastic rounding seeded from `seed`) with error feedback.
   bool ternary = false;
   // Ternary only: split each weight matrix into blocks of this many rows, each its own tensor
-  // and bucket of the sync engine's layout, so that each block gets its own scale (0: one
-  // scale per tensor). A scale is the block's largest |g|: over a whole 1024 x 784 matrix it
-  // is so far above most entries that they are nearly all sent as 0.
-  std::size_t ternary_rows = 64;
+  // and bucket of the sync engine's layout, so that each block gets its own scale (0: a bucket
+  // per tensor). Fine scales matter, since a scale is its block's largest |g| and over a whole
+  // 1024 x 784 matrix nearly every entry would be sent as 0, but ternary_block gives them
+  // without a collective per block: 64 rows made 21 buckets and 42 collectives a step.
+  std::size_t ternary_rows = 0;
   // Ternary only: one scale per block of this many kept entries of a bucket
-  // (ternary_options::scale_block; 0: one per bucket). With ternary_rows 0 this gives fine
-  // scales without a bucket, and so a collective and a scale round, per block of rows.
-  std::size_t ternary_block = 0;
+  // (ternary_options::scale_block; 0: one per bucket).
+  std::size_t ternary_block = 1024;
   // Ternary only: where the scale comes from (current_max: a small MAX allreduce before
-  // encoding; previous_max: the last step's, reduced beside the data).
-  scale_source ternary_scale = scale_source::current_max;
+  // encoding; previous_max: the last step's, reduced beside the data, one collective less).
+  // These three defaults are the layout bench/e2e measures (its ternary rows in
+  // bench/RESULTS.md); 64-row buckets with current_max took twice as long a step at 100 Mbit/s.
+  scale_source ternary_scale = scale_source::previous_max;
   // Hand each bucket to the sync engine as soon as backward has produced it (begin_step,
   // submit_bucket, finish_step), so its allreduce overlaps the earlier layers' backward;
   // false: one sync.allreduce after backward. Both give the same bits.
@@ -111,6 +113,9 @@ struct train_config {
   // next training steps, keeping the fastest (with ternary: plain and coded buckets compete).
   bool tune = false;
   optimizer_kind optimizer = optimizer_kind::example;
+  // Evaluations of the test accuracy per epoch, at evenly spread steps, the last at the
+  // epoch's end; outside the timed steps.
+  std::size_t evals_per_epoch = 1;
 };
 
 /// The interface of the gradient exchanges train() takes instead of a sync engine.

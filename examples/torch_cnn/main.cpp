@@ -29,7 +29,7 @@
 //   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.1,0.5]
 //   --prune-updates N         mask updates in the window [20]
 //   --scope per-tensor|global magnitude ranking within each tensor or across all [global]
-//   --ternary-block B         ternary run: one scale per B kept entries (0: per tensor) [0]
+//   --ternary-block B         ternary run: one scale per B kept entries (0: per bucket) [128]
 //   --train-limit N           use the first N training samples (0: all) [0]
 //   --test-limit N            use the first N test samples (0: all) [0]
 //   --data DIR                the four IDX files [/usr/share/datasets/fashion-mnist]

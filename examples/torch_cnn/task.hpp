@@ -49,7 +49,8 @@ inline constexpr const char* model_name =
 
 /// The CNN's recipe: 15 epochs of batch 32 per rank, lr 0.05 (5% warm-up, cosine to 0, a
 /// second cycle after the last mask update), momentum 0.9, weight decay 5e-4, the weights
-/// pruned to 90% by one global ranking over 10% to 50% of the steps.
+/// pruned to 90% by one global ranking over 10% to 50% of the steps, 128 kept entries per
+/// ternary scale.
 inline void default_recipe(torch_cli& c) {
   torch_run_options& r = c.run;
   r.epochs = 15;
@@ -63,6 +64,7 @@ inline void default_recipe(torch_cli& c) {
   r.prune_end = 0.5;
   r.scope = pactrain::pruning_scope::global;
   c.sparsity = 0.9;
+  c.ternary_block = 128;
 }
 
 /// The CNN's task for examples::torch_train: rank r's samples (r, r + P, ...) as normalised

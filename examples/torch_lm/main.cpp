@@ -31,7 +31,7 @@
 //   --prune-window A,B        gradual pruning from A to B, fractions of the steps [0.3,0.9]
 //   --prune-updates N         mask updates in the window [20]
 //   --scope per-tensor|global magnitude ranking within each tensor or across all [global]
-//   --ternary-block B         ternary run: one scale per B kept entries (0: per tensor) [128]
+//   --ternary-block B         ternary run: one scale per B kept entries (0: per bucket) [128]
 //   --layers N --dim D --heads H --context T   the transformer [2, 128, 4, 64]
 //   --train-limit N           use the first N bytes of the training text (0: all) [0]
 //   --val-limit N             use the first N bytes of the validation text (0: all) [0]

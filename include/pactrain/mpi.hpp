@@ -5,6 +5,7 @@
 
 #include <pactrain/communicator.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/mpi_algorithms.hpp>
 
 #include <mpi.h>
 
@@ -184,7 +185,9 @@ class mpi_communicator {
   };
 
   /// Collective on `comm`, which is never modified and may be freed afterwards. Throws
-  /// pactrain::error when MPI is not initialised or `comm` is MPI_COMM_NULL.
+  /// pactrain::error when MPI is not initialised or `comm` is MPI_COMM_NULL. The first one of
+  /// 2 or more ranks in a process warns on stderr, on rank 0 of MPI_COMM_WORLD, where Open
+  /// MPI would run the nonblocking allreduces as a binomial tree (mpi_algorithm_warning).
   explicit mpi_communicator(MPI_Comm comm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -194,6 +197,7 @@ class mpi_communicator {
     detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    detail::warn_mpi_algorithms_once(size_);
     try {
       create_ops<half>(0);
       create_ops<bfloat16>(3);

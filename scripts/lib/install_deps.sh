@@ -7,7 +7,7 @@ PACTRAIN_DEB_PACKAGES=(
   openmpi-bin libopenmpi-dev
   doctest-dev libbenchmark-dev libeigen3-dev zlib1g-dev
   clang-14 libclang-rt-14-dev
-  dataset-fashion-mnist gnuplot-nox iproute2
+  dataset-fashion-mnist gnuplot-nox iproute2 ethtool
   libtorch-dev fortunes
   # LibTorch's matrix products go through the system BLAS, which is otherwise Debian's
   # reference implementation: 4.6x slower per language-model step here. The serial build,

@@ -159,13 +159,16 @@ TEST_CASE("the same run with ternary lanes and error feedback learns on a fracti
   std::size_t kept_all = 0;
   for (const auto& m : r.masks) kept_all += m.count();
   // At most 4 bits per kept entry on up to 4 ranks (8 lanes per 32-bit word), plus per bucket
-  // a partly filled word and the scale's round.
+  // a partly filled word, and a scale word per block of ternary_block kept entries.
   CHECK(r.bytes_per_step > 0);
-  CHECK(r.bytes_per_step <= kept_all / 2 + r.layout.tensor_count() * 16);
-  // The engine's layout splits the weight matrices into blocks of ternary_rows rows, one scale
-  // each: 256 rows -> 4 blocks, 128 -> 2, 10 -> 1, and the 3 biases.
-  CHECK(cfg.ternary_rows == 64);
-  CHECK(r.layout.tensor_count() == 4 + 2 + 1 + 3);
+  CHECK(r.bytes_per_step <= kept_all / 2 + r.layout.tensor_count() * 16 +
+                                (kept_all / cfg.ternary_block + r.layout.tensor_count()) * 8);
+  // The defaults are bench/e2e's layout: a bucket per tensor (3 weights, 3 biases), with a
+  // scale per 1024 kept entries from the previous step, reduced beside the data.
+  CHECK(cfg.ternary_rows == 0);
+  CHECK(cfg.ternary_block == 1024);
+  CHECK(cfg.ternary_scale == pactrain::scale_source::previous_max);
+  CHECK(r.layout.tensor_count() == 3 + 3);
   CHECK(r.layout.buckets().size() == r.layout.tensor_count());
   CHECK(r.layout.total_size() == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
   CHECK(r.weights_agree);
@@ -183,10 +186,12 @@ TEST_CASE("handing buckets over during backward gives the bits of one allreduce 
   CHECK_MESSAGE(d.load_error.empty(), d.load_error);
   if (!d.load_error.empty()) return;
 
-  // Ternary lanes with a scale round per bucket: the path with the most state per bucket.
+  // Ternary lanes with a scale round per bucket: the path with the most state per bucket (the
+  // default, previous_max, reduces the scales beside the data; the other cases run it).
   fm::train_config cfg = slice_config();
   cfg.epochs = 1;
   cfg.ternary = true;
+  cfg.ternary_scale = pactrain::scale_source::current_max;
   cfg.overlap = true;
   const fm::train_result a = fm::train(cfg, d.train_set, d.test_set, MPI_COMM_WORLD);
   cfg.overlap = false;
