@@ -35,8 +35,14 @@ def load(path):
     return rows
 
 
+ENGINE = ("sparse", "sparse-fp16", "sparse-ternary", "auto")
+
+
 def label(r):
-    """Series name of a row: dense runs are split by allreduce algorithm."""
+    """Series name of a row: dense runs are split by allreduce algorithm, and the engine's runs
+    under Open MPI's own choice (libnbc's binomial tree for in-place calls) get "_default"."""
+    if r["strategy"] in ENGINE and r.get("allreduce_choice") == "library":
+        return r["strategy"] + "_default"
     if r["strategy"] == "dense":
         # Rows before the allreduce_choice column: "default" named Open MPI's own choice.
         choice = r.get("allreduce_choice") or ("library" if r["allreduce"] == "default"
@@ -443,7 +449,7 @@ def main():
                        r["strategy"] in ("sparse", "topk", "sparse-fp16", "sparse-ternary",
                                          "auto")})
         for d in dens:
-            keys += [("sparse", d), ("topk", d)]
+            keys += [("sparse", d), ("sparse_default", d), ("topk", d)]
             keys += [(c, d) for c in ("sparse-fp16", "sparse-ternary", "auto")]
         for s in ("ddp_allreduce", "ddp_fp16", "ddp_powersgd"):
             keys.append((s, None))

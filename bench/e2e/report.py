@@ -435,7 +435,8 @@ def model_section(cells, results_dir):
     md = ["## Whole-step model\n",
           "`bench/e2e/step_model.py`: t = c + (wire - burst) / (eta R) + K L(P), compute c from "
           "each method's unshaped point, eta fitted on dense at 100 Mbit/s and 4 ranks, burst "
-          f"the testbed's 16 KiB token bucket, L(P) from {source}; the ternary methods' "
+          "the testbed's token bucket (about 1 ms of bytes, at least 16 KiB), "
+          f"L(P) from {source}; the ternary methods' "
           "payloads scale with their lane width, bit_width(2P). Step times are means over "
           "seeds. Every row below is a prediction of a (link, ranks, method) the model was not "
           "fitted on, measured on the machine of its unshaped point.\n"]

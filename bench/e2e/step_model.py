@@ -22,7 +22,7 @@ L(P):   one small collective's time on P workers: the median 4000-byte MPI_Iallr
         serialisation in it), else bench/results/sync.csv's 4 kB dense allreduce;
 eta:    the link's efficiency, fitted on one point (dense, 4 ranks, 100 Mbit/s);
 burst:  what the testbed's token bucket lets pass at once after a compute gap: up to its
-        depth, TBF_BUCKET_BYTES (bench/netbed/setup.sh). Real links have no such bucket, so the
+        depth, tbf_bucket_bytes(R) (bench/netbed/setup.sh). Real links have no such bucket, so the
         projection leaves it out.
 
 Points may come with several seeds: the model takes, per (link, ranks, method), the mean over
@@ -38,10 +38,15 @@ import os
 
 R_NONE = 4.7e9  # bits/s: veth + TCP per host on the testbed, unshaped (bench/netbed/README.md)
 LINK_RATE = {"100mbit": 100e6, "500mbit": 500e6, "1gbit": 1e9, "2gbit": 2e9, "none": R_NONE}
-# The testbed's tbf bucket: 16 KiB, with TSO, GSO and GRO off, so that every byte is shaped
-# (bench/netbed/setup.sh; before, max(10 ms of bytes, 256 KiB) let a small payload cross
-# unshaped after each compute gap).
-TBF_BUCKET_BYTES = 16 * 1024
+# The testbed's tbf bucket: about 1 ms of bytes at the rate, at least 16 KiB, with TSO, GSO and
+# GRO off, so that every byte is shaped (bench/netbed/setup.sh; before, max(10 ms of bytes,
+# 256 KiB) let a small payload cross unshaped after each compute gap).
+TBF_BUCKET_MIN_BYTES = 16 * 1024
+
+
+def tbf_bucket_bytes(rate):
+    """The testbed's bucket at `rate` bits/s, as bench/netbed/setup.sh sets it."""
+    return max(TBF_BUCKET_MIN_BYTES, int(rate) // 8 // 1000)
 # The MLP's counts, for points without collectives_per_step; others: 1.
 COLLECTIVES = {"ternary": 6, "ternary_restart": 6, "auto": 6}
 WORKERS = (8, 16, 32, 64, 128, 256, 512, 1024)
@@ -71,11 +76,11 @@ def wire_bytes(method, ranks, payload):
 
 
 def burst_bytes(rate, compute):
-    """Bytes the testbed's tbf bucket (TBF_BUCKET_BYTES deep) holds after `compute` seconds
+    """Bytes the testbed's tbf bucket (tbf_bucket_bytes deep) holds after `compute` seconds
     without traffic."""
     if rate >= R_NONE:
         return 0.0
-    return min(TBF_BUCKET_BYTES, compute * rate / 8)
+    return min(tbf_bucket_bytes(rate), compute * rate / 8)
 
 
 def _median(v):
@@ -85,7 +90,7 @@ def _median(v):
 
 def small_collective_seconds(results_dir):
     """{ranks: seconds} of one small collective: netbed.csv's 4000-byte MPI_Iallreduce at the
-    fastest rate it has (the 16 KiB bucket's rows where there are others), else sync.csv's 4 kB
+    fastest rate it has (rows of the faithful bucket where there are others), else sync.csv's 4 kB
     dense allreduce (median over link rates)."""
     path = os.path.join(results_dir, "netbed.csv")
     if os.path.exists(path):
@@ -97,8 +102,10 @@ def small_collective_seconds(results_dir):
                         rows.append(r)
         except (OSError, ValueError, KeyError):
             rows = []
-        if any(r.get("bucket") == str(TBF_BUCKET_BYTES) for r in rows):
-            rows = [r for r in rows if r.get("bucket") == str(TBF_BUCKET_BYTES)]
+        def faithful(r):
+            return r.get("bucket") == str(tbf_bucket_bytes(LINK_RATE.get(r.get("rate"), 0)))
+        if any(faithful(r) for r in rows):
+            rows = [r for r in rows if faithful(r)]
         by_ranks = {}
         for r in rows:
             rate = LINK_RATE.get(r.get("rate"), 0)
