@@ -11,6 +11,7 @@
 
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
+#include <pactrain/mpi_algorithms.hpp>
 #include <pactrain/pruning.hpp>
 
 #include <mpi.h>
@@ -181,7 +182,8 @@ inline std::string json_string(const std::string& s) {
   return q + '"';
 }
 
-/// The JSON point of a run; `steady` from steady_epoch.
+/// The JSON point of a run; `steady` from steady_epoch. Records which allreduce algorithms the
+/// MPI library runs (pactrain::mpi_allreduce_algorithms: local, after MPI_Init).
 inline std::string point_json(const point_meta& m, const examples::train_result& r, int ranks,
                               std::size_t steady) {
   using examples::num;
@@ -195,6 +197,8 @@ inline std::string point_json(const point_meta& m, const examples::train_result&
   j << "{\"trainer\": \"" << m.trainer << "\", \"link\": \"" << m.link
     << "\", \"link_bits\": " << m.link_bits
     << (m.machine.empty() ? "" : ", \"machine\": " + json_string(m.machine))
+    << ", \"allreduce_algorithms\": "
+    << json_string(pactrain::to_string(pactrain::mpi_allreduce_algorithms()))
     << ", \"ranks\": " << ranks << ", \"method\": \"" << m.method << "\", \"epochs\": " << m.epochs
     << ", \"seed\": " << m.seed << ", \"lr_rewind\": " << num(m.lr_rewind)
     << ", \"evals_per_epoch\": " << m.evals_per_epoch
