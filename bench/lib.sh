@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# Shared by bench/run_all.sh and bench/run_codecs.sh (sourced from the repository root).
+# Shared by bench/sync/run_all.sh and bench/sync/run_codecs.sh (sourced from the repository root).
 
 # pactrain_bench_prepare NAME TARGET...: checks for root (the testbed needs network
 # namespaces), installs missing packages, builds TARGET... in $build (Release) and sets
-# bench_exe to pactrain-sync-bench's absolute path.
+# bench_exe to pactrain_sync_bench's absolute path.
 pactrain_bench_prepare() {
   local name=$1
   shift
@@ -13,7 +13,7 @@ pactrain_bench_prepare() {
   pactrain_install_deps "${PACTRAIN_DEB_PACKAGES[@]}"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" --target "$@" -j2 >/dev/null
-  bench_exe=$(cd "$build/bench" && pwd)/pactrain-sync-bench
+  bench_exe=$(cd "$build/bench" && pwd)/pactrain_sync_bench
 }
 
 # pactrain_netbed_run SECONDS NP [VAR=value...] -- PROGRAM [ARG...]: runs PROGRAM on NP

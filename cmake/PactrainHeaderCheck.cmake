@@ -5,7 +5,7 @@
 #                              core header that needs MPI fails here)
 #   pactrain_header_check_mpi  headers whose path has a component starting with "mpi"
 #                              (mpi.hpp, mpi/..., detail/mpi_...), against pactrain::mpi
-#   pactrain_header_check_cuda headers whose path mentions cuda or nccl (nccl.hpp, mpi_cuda.hpp,
+#   pactrain_header_check_cuda headers whose path mentions cuda or nccl (cuda/mpi_cuda.hpp,
 #                              cuda/nccl.hpp, ...), with the host compiler, against
 #                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
 # torch.hpp is not checked here: tests/torch/torch_adapter_test.cpp includes it first, and a

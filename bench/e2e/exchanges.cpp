@@ -1,6 +1,6 @@
 // make_exchange (point.hpp): the baselines built once, beside PowerSGD's methods, so that the
 // trainers' programs need not compile them (or Eigen).
-#include "baselines.hpp"
+#include "../baselines/baselines.hpp"
 #include "point.hpp"
 
 #include <algorithm>

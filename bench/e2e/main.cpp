@@ -8,7 +8,7 @@
 // Methods: dense (blocking ring MPI_Allreduce: the dense reference), pactrain's sparse,
 // ternary (sparse, kept entries as ternary lanes with error feedback) and auto (ternary, with
 // the planner and tuner choosing each bucket's strategy once the masks are final), and the
-// baselines of baselines.hpp: topk (DGC), powersgd and fp16. Every method trains the same
+// baselines of bench/baselines/baselines.hpp: topk (DGC), powersgd and fp16. Every method trains the same
 // model from the same seed on the same data for the same steps; topk's k is the number of
 // entries the pruned runs keep at the end, and --powersgd-rank match picks the rank whose
 // bytes come nearest the sparse run's.
@@ -160,7 +160,7 @@ int train(const options& o, int rank, int ranks) {
 
 }  // namespace
 
-int verify_baselines(int rank, int ranks);  // verify.cpp
+int verify_baselines(int rank, int ranks);  // bench/baselines/verify.cpp
 
 int main(int argc, char** argv) {
   return examples::run_main(argc, argv, "pactrain_e2e", [&] {

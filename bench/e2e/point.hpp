@@ -1,7 +1,7 @@
 // What bench/e2e's programs (pactrain_e2e: the Fashion-MNIST MLP; pactrain_e2e_torch: the LibTorch
 // CNN and language model) share: the gradient exchange a method's name asks for, Top-k's k, the
 // steady state of a run and the JSON point bench/e2e/report.py reads. The exchanges themselves
-// (baselines.hpp) are built in exchanges.cpp, so the programs do not compile them.
+// (bench/baselines/baselines.hpp) are built in exchanges.cpp, so the programs do not compile them.
 #pragma once
 
 #include "common/cli.hpp"
@@ -12,7 +12,7 @@
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mpi_algorithms.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <mpi.h>
 

@@ -71,11 +71,9 @@ template <class Task>
 examples::train_result train_method(const torch_options& o, Task& task, MPI_Comm comm,
                                     examples::metric quality) {
   const examples::torch_run_options& r = o.cli.run;
-  using plain_sync =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
+  using plain_sync = pactrain::sync<pactrain::mpi_communicator>;
   using ternary_sync =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator,
-                     pactrain::ternary_codec, pactrain::error_feedback>;
+      pactrain::sync<pactrain::mpi_communicator, pactrain::error_feedback<pactrain::ternary_codec>>;
   const pactrain::sync_options sparse{.strategy = pactrain::bucket_strategy::sparse};
   if (o.method == "sparse") {
     return examples::torch_train<plain_sync>(r, o.cli.sparsity, task, comm, "sparse", quality, {},

@@ -1,10 +1,10 @@
-// pactrain-allreduce-probe: how long one allreduce of S bytes takes on the testbed after an
+// pactrain_allreduce_probe: how long one allreduce of S bytes takes on the testbed after an
 // idle gap, against what serialisation at the link's rate alone needs. The testbed's table in
 // bench/netbed/README.md comes from it (bench/netbed/probe.sh runs the sweep).
 //
 //   cmake --build build --target pactrain_allreduce_probe
 //   bench/netbed/setup.sh 4 100mbit
-//   bench/netbed/launch.sh build/bench/pactrain-allreduce-probe --link-bits 100000000
+//   bench/netbed/launch.sh build/bench/pactrain_allreduce_probe --link-bits 100000000
 //
 // Each repetition: a barrier, an idle gap (--gap-ms, a training step's compute; it refills
 // tbf's bucket as compute does), then one float MPI_Allreduce (blocking) and one in-place
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     std::puts(header);
     return 0;
   }
-  return examples::run_main(argc, argv, "pactrain-allreduce-probe", [&] {
+  return examples::run_main(argc, argv, "pactrain_allreduce_probe", [&] {
     const auto [rank, ranks] = examples::world();
     const options o = parse(argc, argv);
     if (rank == 0) std::puts(header);

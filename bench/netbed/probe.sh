@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the testbed against serialisation theory: one blocking and one nonblocking float
 # allreduce of each size after a 15 ms idle gap (a training step's compute), at each rate and
-# rank count, with pactrain-allreduce-probe; writes bench/results/netbed.csv and prints the
+# rank count, with pactrain_allreduce_probe; writes bench/results/netbed.csv and prints the
 # markdown table bench/netbed/README.md publishes.
 #
 #   bench/netbed/probe.sh        # as root, from anywhere: about 6 minutes on 2 cores
@@ -27,7 +27,7 @@ source bench/lib.sh
 # shellcheck source=bench/netbed/common.sh
 source bench/netbed/common.sh
 pactrain_bench_prepare netbed/probe.sh pactrain_allreduce_probe
-probe=$(cd "$build/bench" && pwd)/pactrain-allreduce-probe
+probe=$(cd "$build/bench" && pwd)/pactrain_allreduce_probe
 
 trap 'bench/netbed/teardown.sh' EXIT
 mkdir -p "$(dirname "$out")"

@@ -1,4 +1,4 @@
-// auto: the planner and the tuner choose the codec and the bucket strategies.
+// auto: the planner and the tuner choose the codec and the bucket methods.
 #include "engine.hpp"
 
 #include <cstdio>
@@ -13,10 +13,10 @@ namespace sync_bench {
 /// dropped; pactrain::step_tuner times the rest in turn, 3 syncs each on this run's
 /// gradient (after a barrier, the slowest rank's time, as the timed syncs), and the fastest
 /// engine and plan are kept. Every rank keeps the same. `base` is this rank's gradient.
-std::unique_ptr<strategy> make_auto(const method_args& a) {
+std::unique_ptr<method> make_auto(const method_args& a) {
   const auto& [comm, o, n, base] = a;
-  using fp16_engine = engine_strategy<pactrain::fp16_codec>;
-  using ternary_engine = engine_strategy<pactrain::ternary_codec, pactrain::error_feedback>;
+  using fp16_engine = engine_method<pactrain::fp16_codec>;
+  using ternary_engine = engine_method<pactrain::error_feedback<pactrain::ternary_codec>>;
   pactrain::mpi_communicator link_comm{comm};
   const auto link = pactrain::calibrate_link(link_comm, calibration(o));
   auto fp16 = std::make_unique<fp16_engine>(comm, o, n, pactrain::fp16_codec{});
@@ -40,7 +40,7 @@ std::unique_ptr<strategy> make_auto(const method_args& a) {
   std::erase_if(c, [&](const auto& x) { return x.plan.predicted_seconds > keep * best; });
 
   pactrain::step_tuner tuner(c.size(), 3);
-  strategy* engines[2] = {fp16.get(), ternary.get()};
+  method* engines[2] = {fp16.get(), ternary.get()};
   auto use = [&](const candidate& x) {
     if (x.engine == 0) fp16->use(x.plan);
     if (x.engine == 1) ternary->use(x.plan);

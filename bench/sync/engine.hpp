@@ -27,14 +27,15 @@ inline std::string plan_text(std::string codec, const std::vector<pactrain::buck
 
 /// pactrain::sync over a random mask of the density: plain compaction (identity codec), or a
 /// codec on the kept entries (sparse-fp16, sparse-ternary with error feedback); auto plans
-/// and tunes its strategies (see make_auto).
-template <class Codec, class Feedback = pactrain::no_feedback>
-class engine_strategy final : public strategy {
+/// and tunes its methods (see make_auto).
+template <class Codec>
+class engine_method final : public method {
+  using base = pactrain::base_codec_t<Codec>;
+
  public:
-  engine_strategy(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
+  engine_method(MPI_Comm comm, const options& o, std::size_t n, Codec codec = {},
                   pactrain::sync_options opt = {})
-      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), {}, opt,
-              std::move(codec)) {
+      : sync_(pactrain::mpi_communicator{comm}, make_layout(n, o.tensor), std::move(codec), opt) {
     sync_.set_masks(bench_masks(sync_.layout(), o));
   }
   /// Collective: the plans worth timing, from a cost model of the local work calibrated over
@@ -72,7 +73,7 @@ class engine_strategy final : public strategy {
   [[nodiscard]] double tolerance(int ranks) const override {
     if constexpr (pactrain::codec_traits<Codec>::is_identity) {
       return 0.0;
-    } else if constexpr (std::is_same_v<Codec, pactrain::ternary_codec>) {
+    } else if constexpr (std::is_same_v<base, pactrain::ternary_codec>) {
       return 2.0;
     } else {
       return ranks * 0x1p-7;
@@ -80,17 +81,15 @@ class engine_strategy final : public strategy {
   }
 
  private:
-  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator, Codec,
-                 Feedback>
-      sync_;
+  pactrain::sync<pactrain::mpi_communicator, Codec> sync_;
   double predicted_ = -1.0;
 
   static std::string codec_name() {
     if constexpr (pactrain::codec_traits<Codec>::is_identity) {
       return "identity";
-    } else if constexpr (std::is_same_v<Codec, pactrain::ternary_codec>) {
+    } else if constexpr (std::is_same_v<base, pactrain::ternary_codec>) {
       return "ternary";
-    } else if constexpr (std::is_same_v<Codec, pactrain::fp16_codec>) {
+    } else if constexpr (std::is_same_v<base, pactrain::fp16_codec>) {
       return "fp16";
     } else {
       return "codec";

@@ -1,18 +1,18 @@
-// pactrain-sync-bench: time one gradient synchronisation across MPI ranks, for pactrain's
+// pactrain_sync_bench: time one gradient synchronisation across MPI ranks, for pactrain's
 // compacted allreduce and the alternatives a user would otherwise pick.
 //
 // Build and run (from the repository root):
 //   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build --target pactrain_sync_bench
-//   mpiexec -n 2 build/bench/pactrain-sync-bench --bytes 16M --density 0.1 --strategy sparse
+//   mpiexec -n 2 build/bench/pactrain_sync_bench --bytes 16M --density 0.1 --method sparse
 //   bench/netbed/setup.sh 4 1gbit
-//   bench/netbed/launch.sh build/bench/pactrain-sync-bench --bytes 100M --density 0.1 --strategy
+//   bench/netbed/launch.sh build/bench/pactrain_sync_bench --bytes 100M --density 0.1 --method
 //   topk --csv
 //
 // Options:
 //   --bytes N        dense gradient bytes (float32; suffixes k M G = 10^3.., Ki Mi Gi = 2^10..)
 //   --density D      kept fraction, 0 < D <= 1 (sparse, topk; reported for all)
-//   --strategy S[,S...]  dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto |
+//   --method S[,S...]  dense | sparse | topk | fp16 | sparse-fp16 | sparse-ternary | auto |
 //                    sparse-checked | sparse-ternary-checked;
 //                    several, comma-separated, are timed side by side in one run: all are
 //                    set up first, then the timed syncs take turns (one sync of each, in the
@@ -31,12 +31,12 @@
 //   --csv            print one CSV row (rank 0) instead of the readable summary
 //   --csv-header     print the CSV header line and exit (no MPI needed)
 //
-// Strategies (what each rank sends per sync, n = dense entries, k = kept entries):
+// Methods (what each rank sends per sync, n = dense entries, k = kept entries):
 //   dense   one MPI_Allreduce (MPI_SUM, MPI_FLOAT, in place) of the whole gradient, then a
 //           scale by 1/P: the plain dense baseline. It uses whatever allreduce algorithm Open
 //           MPI picks or is told to (the testbed launcher forces ring). 4n bytes handed to the
 //           collective.
-//   sparse  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> with a random mask
+//   sparse  pactrain::sync<mpi_communicator> (bitmap masks, host_compactor) with a random mask
 //           of exactly k = round(D n) kept entries per tensor (random_pruning, the same seed on
 //           every rank): compaction, one MPI_Iallreduce of k floats per bucket, expansion.
 //           4k bytes.
@@ -58,11 +58,11 @@
 //           feedback, pactrain::calibrate_local times compaction and the codec at the size of
 //           one bucket and the run's density, and pactrain::candidate_strategies gives the plans
 //           worth timing from that cost model (the planner's per-bucket choice, and every
-//           bucket on one strategy). Those predicted within 3x of the best are timed by
-//           pactrain::step_tuner, 3 syncs each in turn, and the fastest engine and plan are
-//           kept (the readable summary lists them). The `plan` column names the codec and
-//           the chosen strategies, `predicted_s` the planner's prediction for it (empty for
-//           the fixed strategies).
+//           bucket on one bucket strategy). Those predicted within 3x of the best are timed
+//           by pactrain::step_tuner, 3 syncs each in turn, and the fastest engine and plan
+//           are kept (the readable summary lists them). The `plan` column names the codec and
+//           the chosen bucket strategies, `predicted_s` the planner's prediction for it (empty
+//           for the fixed methods).
 //   fp16    as PyTorch's fp16_compress_hook: g / P rounded to IEEE half (round to nearest
 //           even), one MPI_Allreduce of n 16-bit values with a user MPI_Op that adds two halves
 //           in float and rounds the sum back to half (so every hop of the ring carries 2 bytes
@@ -95,20 +95,20 @@ namespace sync_bench {
 namespace {
 
 constexpr const char* csv_header =
-    "strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
+    "method,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
     "compute_p_s,iters,allreduce,plan,predicted_s,pages,allreduce_choice";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct method {
+struct method_entry {
   std::string_view name;
-  std::unique_ptr<strategy> (*make)(const method_args&);
+  std::unique_ptr<method> (*make)(const method_args&);
 };
 
-/// Every method, in the order of --strategy's help.
-constexpr method methods[] = {
+/// Every method, in the order of --method's help.
+constexpr method_entry registry[] = {
     {"dense", make_dense},
     {"sparse", make_sparse},
     {"topk", make_topk},
@@ -120,8 +120,8 @@ constexpr method methods[] = {
     {"sparse-ternary-checked", make_sparse_ternary_checked},
 };
 
-const method* find_method(std::string_view name) {
-  for (const auto& m : methods) {
+const method_entry* find_method(std::string_view name) {
+  for (const auto& m : registry) {
     if (m.name == name) return &m;
   }
   return nullptr;
@@ -169,22 +169,22 @@ options parse(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(o.density > 0.0 && o.density <= 1.0)) {
         throw usage_error("--density: '" + v + "' is not a number in (0, 1]");
       }
-    } else if (a == "--strategy") {
-      o.strategies.clear();
+    } else if (a == "--method") {
+      o.methods.clear();
       std::string_view list = value(i);
       for (;;) {
         const std::size_t comma = list.find(',');
         const std::string name(list.substr(0, comma));
         if (find_method(name) == nullptr) {
           throw usage_error(
-              "--strategy: '" + name +
+              "--method: '" + name +
               "' is not dense, sparse, topk, fp16, sparse-fp16, sparse-ternary, auto, "
               "sparse-checked or sparse-ternary-checked");
         }
-        if (std::find(o.strategies.begin(), o.strategies.end(), name) != o.strategies.end()) {
-          throw usage_error("--strategy: '" + name + "' is listed twice");
+        if (std::find(o.methods.begin(), o.methods.end(), name) != o.methods.end()) {
+          throw usage_error("--method: '" + name + "' is listed twice");
         }
-        o.strategies.push_back(name);
+        o.methods.push_back(name);
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
       }
@@ -218,7 +218,7 @@ options parse(int argc, char** argv) {
       throw usage_error("unknown option '" + std::string(a) + "'");
     }
   }
-  if (o.strategies.empty()) throw usage_error("--strategy is required");
+  if (o.methods.empty()) throw usage_error("--method is required");
   if (o.bytes == 0) throw usage_error("--bytes is required and must be positive");
   if (o.bytes % sizeof(float) != 0) {
     throw usage_error("--bytes: " + std::to_string(o.bytes) + " is not a multiple of 4 (float32)");
@@ -227,9 +227,9 @@ options parse(int argc, char** argv) {
     throw usage_error("--bytes: at most 2^32 entries (topk sends 32-bit indices)");
   }
   if (o.density < 0) {
-    for (const auto& name : o.strategies) {
+    for (const auto& name : o.methods) {
       if (name == "sparse" || name == "topk") {
-        throw usage_error("--density is required for --strategy " + name);
+        throw usage_error("--density is required for --method " + name);
       }
     }
     o.density = 1.0;
@@ -266,16 +266,16 @@ int run(const options& o) {
   fill_gradient(base, o.seed, rank);
   int bad = 0;
   {
-    // Every strategy is built before any is timed, and the timed syncs take turns (one of
+    // Every method is built before any is timed, and the timed syncs take turns (one of
     // each, then the next round), so that a drift of the machine weighs on all alike.
     struct entry {
       std::string name;
-      std::unique_ptr<strategy> s;
+      std::unique_ptr<method> s;
       std::vector<double> times, locals, growing;
-      std::uint64_t tx = 0;  // bytes the interface sent during this strategy's timed syncs
+      std::uint64_t tx = 0;  // bytes the interface sent during this method's timed syncs
     };
     std::vector<entry> list;
-    for (const auto& name : o.strategies) {
+    for (const auto& name : o.methods) {
       auto s = find_method(name)->make({comm, o, n, base});
       list.push_back({name, std::move(s), {}, {}, {}, 0});
     }
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
     o = sync_bench::parse(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr,
-                 "pactrain-sync-bench: %s\nusage: pactrain-sync-bench --bytes N --strategy "
+                 "pactrain_sync_bench: %s\nusage: pactrain_sync_bench --bytes N --method "
                  "dense|sparse|topk|fp16 [--density D] [--iters N] [--warmup N] [--tensor N] "
                  "[--seed N] [--pages huge|small] [--netdev IF] [--verify] [--csv] | "
                  "--csv-header\n",
@@ -400,7 +400,7 @@ int main(int argc, char** argv) {
   try {
     rc = sync_bench::run(o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pactrain-sync-bench: %s\n", e.what());
+    std::fprintf(stderr, "pactrain_sync_bench: %s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();

@@ -1,7 +1,8 @@
 // The sync benchmark's harness, shared by its methods: the run's options, the gradient buffers
 // and their exactly summable values, the synthetic layout, and the interface every method
-// implements. Each method has a file of its own (dense.cpp, fp16.cpp, engine.cpp, auto.cpp,
-// topk.cpp); harness.cpp parses the command line, times the methods and prints their rows.
+// implements. Each method has a file of its own: pactrain's here (engine.cpp, auto.cpp), the
+// baselines' in bench/baselines/ (dense.cpp, fp16.cpp, topk.cpp), which bench/e2e's trainers
+// use too; harness.cpp parses the command line, times the methods and prints their rows.
 #pragma once
 
 #include <pactrain/mpi.hpp>
@@ -29,7 +30,7 @@ inline double seconds_since(clock_type::time_point t0) {
 struct options {
   std::size_t bytes = 0;
   double density = -1;
-  std::vector<std::string> strategies;  // timed side by side, one sync each in turn
+  std::vector<std::string> methods;  // timed side by side, one sync each in turn
   int iters = 10;
   int warmup = 2;
   std::size_t tensor = std::size_t{1} << 22;
@@ -121,11 +122,11 @@ struct collective_choice {
   bool forced = false;
 };
 
-/// One strategy: sync(g) averages g across ranks in place and returns the seconds of local
+/// One method: sync(g) averages g across ranks in place and returns the seconds of local
 /// work it did.
-class strategy {
+class method {
  public:
-  virtual ~strategy() = default;
+  virtual ~method() = default;
   virtual double sync(std::span<float> g) = 0;
   [[nodiscard]] virtual std::size_t bytes_sent() const = 0;
   /// The expected result of the first sync, from every rank's gradient.
@@ -134,9 +135,9 @@ class strategy {
   [[nodiscard]] virtual double tolerance(int) const { return 0.0; }
   /// Seconds of the last sync's local work that grow with the number of ranks.
   [[nodiscard]] virtual double rank_dependent_seconds() const { return 0.0; }
-  /// The engine's bucket strategies, e.g. "sparse:24 dense_plain:1" (empty for baselines).
+  /// The engine's bucket methods, e.g. "sparse:24 dense_plain:1" (empty for baselines).
   [[nodiscard]] virtual std::string plan() const { return {}; }
-  /// auto: the planner's predicted seconds per sync; negative for the fixed strategies.
+  /// auto: the planner's predicted seconds per sync; negative for the fixed methods.
   [[nodiscard]] virtual double predicted_seconds() const { return -1.0; }
   /// The algorithm the MPI library runs for this method's data collective on `ranks` ranks,
   /// from `c` (pactrain::mpi_allreduce_algorithms()), and whether an MCA setting forced it.
@@ -170,14 +171,14 @@ struct method_args {
 };
 
 /// Collective: builds a method. One per method file.
-std::unique_ptr<strategy> make_dense(const method_args& a);                   // dense.cpp
-std::unique_ptr<strategy> make_fp16(const method_args& a);                    // fp16.cpp
-std::unique_ptr<strategy> make_sparse(const method_args& a);                  // engine.cpp
-std::unique_ptr<strategy> make_sparse_fp16(const method_args& a);             // engine.cpp
-std::unique_ptr<strategy> make_sparse_ternary(const method_args& a);          // engine.cpp
-std::unique_ptr<strategy> make_auto(const method_args& a);                    // auto.cpp
-std::unique_ptr<strategy> make_sparse_checked(const method_args& a);          // engine.cpp
-std::unique_ptr<strategy> make_sparse_ternary_checked(const method_args& a);  // engine.cpp
-std::unique_ptr<strategy> make_topk(const method_args& a);                    // topk.cpp
+std::unique_ptr<method> make_dense(const method_args& a);                   // baselines/dense.cpp
+std::unique_ptr<method> make_fp16(const method_args& a);                    // baselines/fp16.cpp
+std::unique_ptr<method> make_sparse(const method_args& a);                  // engine.cpp
+std::unique_ptr<method> make_sparse_fp16(const method_args& a);             // engine.cpp
+std::unique_ptr<method> make_sparse_ternary(const method_args& a);          // engine.cpp
+std::unique_ptr<method> make_auto(const method_args& a);                    // auto.cpp
+std::unique_ptr<method> make_sparse_checked(const method_args& a);          // engine.cpp
+std::unique_ptr<method> make_sparse_ternary_checked(const method_args& a);  // engine.cpp
+std::unique_ptr<method> make_topk(const method_args& a);                    // baselines/topk.cpp
 
 }  // namespace sync_bench

@@ -20,9 +20,7 @@ int run() {
   pactrain::param_layout layout;
   layout.add("fc.weight", 300, 100).add("fc.bias", 300);  // sizes need not be multiples of 64
 
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
-  sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
+  pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};  // collective
 
   // Keep one weight in four and every bias: the same rule, so the same masks, on every rank.
   sync.set_masks({pactrain::bitmap_mask::from_predicate(30'000, [](auto i) { return i % 4 == 0; }),

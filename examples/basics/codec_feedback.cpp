@@ -21,10 +21,8 @@ int run() {
   pactrain::param_layout layout;
   layout.add("fc.weight", 10, 100);
 
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator,
-                     pactrain::fp16_codec, pactrain::error_feedback>;
-  sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout, pactrain::fp16_codec{}};
+  pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout,
+                      pactrain::error_feedback{pactrain::fp16_codec{}}};
   sync.set_masks({pactrain::bitmap_mask::from_predicate(1000, [](auto i) { return i % 2 == 0; })});
 
   const float g = 1.0f + 0x1p-12f;

@@ -25,9 +25,7 @@ int run() {
   for (const std::string layer : {"layer0", "layer1", "layer2"}) {
     layout.add(layer + ".weight", 32, 32).add(layer + ".bias", 32);
   }
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
-  sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
+  pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
   std::vector<pactrain::bitmap_mask> masks;  // every other weight, every bias
   for (const auto& t : layout.tensors()) {
     masks.push_back(t.rows == 0 ? pactrain::bitmap_mask::full(t.size)

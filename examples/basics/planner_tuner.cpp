@@ -19,9 +19,7 @@
 int run() {
   pactrain::param_layout layout(1 << 16);  // bucket capacity: each tensor in its own bucket
   layout.add("fc.weight", 256, 256).add("fc.bias", 256);
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
-  sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
+  pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
   sync.set_masks({pactrain::bitmap_mask::from_predicate(1 << 16, [](auto i) { return i % 8 == 0; }),
                   pactrain::bitmap_mask::full(256)});  // collective
   auto& comm = sync.get_communicator();

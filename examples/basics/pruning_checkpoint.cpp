@@ -18,8 +18,7 @@
 
 #include "../common/run_main.hpp"
 
-using sync_t =
-    pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
+using sync_t = pactrain::sync<pactrain::mpi_communicator>;
 using pruner_t = pactrain::pruner<pactrain::magnitude_pruning, pactrain::gradual_schedule>;
 
 int run() {

@@ -5,6 +5,7 @@
 // same loops, data and seeds as pactrain's runs.
 #pragma once
 
+#include <pactrain/concepts.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
@@ -13,7 +14,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -54,6 +57,7 @@ class exchange_engine {
                   gradient_exchange& x)
       : comm_(std::move(comm)), x_(x), layout_(layout) {
     for (const auto& t : layout_.tensors()) masks_.push_back(pactrain::bitmap_mask::full(t.size));
+    strategies_.assign(layout_.buckets().size(), pactrain::bucket_strategy::dense_plain);
     stats_.dense_bytes = layout_.total_size() * sizeof(float);
   }
 
@@ -95,6 +99,19 @@ class exchange_engine {
     throw pactrain::error("exchange_engine: the fused optimizer step needs pactrain's sync engine");
   }
 
+  // What a sync engine has (pactrain::sync_engine), for the loops' types: a baseline trains
+  // dense, with every entry kept, so masks and strategies cannot change.
+  using value_type = float;
+  using mask_type = pactrain::bitmap_mask;
+  using communicator_type = pactrain::mpi_communicator;
+  void set_masks(std::vector<pactrain::bitmap_mask>) { refuse("set_masks"); }
+  [[noreturn]] void reject_masks(std::string) { refuse("reject_masks"); }
+  void set_strategies(std::vector<pactrain::bucket_strategy>) { refuse("set_strategies"); }
+  [[nodiscard]] const std::vector<pactrain::bucket_strategy>& strategies() const noexcept {
+    return strategies_;
+  }
+  [[nodiscard]] std::uint64_t step() const noexcept { return stats_.steps; }
+
   [[nodiscard]] const pactrain::param_layout& layout() const noexcept { return layout_; }
   [[nodiscard]] const std::vector<pactrain::bitmap_mask>& masks() const noexcept { return masks_; }
   [[nodiscard]] const pactrain::sync_stats& stats() const noexcept { return stats_; }
@@ -108,9 +125,17 @@ class exchange_engine {
   std::span<const float> params_;
   std::span<float> grads_;
   bool open_ = false;
+  [[noreturn]] static void refuse(const char* op) {
+    throw pactrain::error(std::string("exchange_engine::") + op +
+                          ": a baseline trains dense; its masks and strategies do not change");
+  }
+
   std::vector<pactrain::bitmap_mask> masks_;
+  std::vector<pactrain::bucket_strategy> strategies_;
   pactrain::sync_stats stats_;
 };
+
+static_assert(pactrain::sync_engine<exchange_engine>);
 
 /// True for exchange_engine: the training loops then skip what only a sync engine has
 /// (pruning, the tuner, the fused step).

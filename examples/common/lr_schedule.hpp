@@ -8,7 +8,7 @@
 //   mpiexec --allow-run-as-root --oversubscribe -n 4 build/examples/pactrain_fmnist
 #pragma once
 
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -94,7 +94,7 @@ train_result torch_train(const torch_run_options& o, double sparsity, Task& task
   pactrain::torch_params params(*model, topt);
   Sync sync{pactrain::mpi_communicator{comm}, params.layout(), engine_args...};
   params.broadcast(sync.get_communicator());
-  pactrain::torch_overlap<Sync> overlap(params, sync);
+  pactrain::torch_overlap overlap(params, sync);
   pactrain::sgd opt({.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   std::optional<pruner_type> pruner;  // none in the dense run
   if (sparsity > 0) {
@@ -378,11 +378,9 @@ inline void validate(const torch_cli& c) {
 /// matrix; a shared scale would round most to 0). That is bench/e2e's LibTorch grid.
 template <class Task>
 std::vector<named_run> run_modes(const torch_cli& c, Task& task, metric quality, MPI_Comm comm) {
-  using plain_sync =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
+  using plain_sync = pactrain::sync<pactrain::mpi_communicator>;
   using ternary_sync =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator,
-                     pactrain::ternary_codec, pactrain::error_feedback>;
+      pactrain::sync<pactrain::mpi_communicator, pactrain::error_feedback<pactrain::ternary_codec>>;
   const auto strategy = [](pactrain::bucket_strategy s) {
     return pactrain::sync_options{.strategy = s};
   };

@@ -282,9 +282,7 @@ int run(int argc, char** argv) {
     const int eval_batch = 1000;
     mlp net(std::max(opt.batch, eval_batch), s);
 
-    using sync_t = pactrain::sync<pactrain::bitmap_mask, pactrain::cuda_compactor,
-                                  pactrain::nccl_communicator>;
-    sync_t sync{pactrain::nccl_communicator{comm, s}, net.layout, s};
+    pactrain::sync sync{pactrain::nccl_communicator{comm, s}, net.layout, s};  // cuda_compactor
     const pactrain::cuda_compactor compactor;
 
     device_buffer<int> idx(static_cast<std::size_t>(std::max(opt.batch, eval_batch)), s);

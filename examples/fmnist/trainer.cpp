@@ -9,7 +9,7 @@
 
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <mpi.h>
 
@@ -322,14 +322,14 @@ train_result train(const train_config& cfg, const dataset& train_set, const data
         per_tensor.add(t.name + ".rows" + std::to_string(r), n, t.cols);
       }
     }
-    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
-        sync{mpi_communicator{comm}, per_tensor, host_compactor{}, sync_opt,
-             ternary_codec{
-                 {.seed = cfg.seed, .scale = cfg.ternary_scale, .scale_block = cfg.ternary_block}}};
+    pactrain::sync sync{
+        mpi_communicator{comm}, per_tensor,
+        error_feedback{ternary_codec{
+            {.seed = cfg.seed, .scale = cfg.ternary_scale, .scale_block = cfg.ternary_block}}},
+        sync_opt};
     return run(sync);
   }
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> sync{mpi_communicator{comm}, layout,
-                                                                     host_compactor{}, sync_opt};
+  pactrain::sync sync{mpi_communicator{comm}, layout, sync_opt};
   return run(sync);
 }
 

@@ -24,7 +24,7 @@
 #include "fmnist/idx.hpp"
 
 #include <pactrain/pactrain.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <mpi.h>
 
@@ -101,8 +101,9 @@ struct train_config {
   std::size_t ternary_block = 1024;
   // Ternary only: where the scale comes from (current_max: a small MAX allreduce before
   // encoding; previous_max: the last step's, reduced beside the data, one collective less).
-  // These three defaults are the layout bench/e2e measures (its ternary rows in
-  // bench/RESULTS.md); 64-row buckets with current_max took twice as long a step at 100 Mbit/s.
+  // These three defaults are the layout bench/e2e measures (bench/results/e2e.md); 64-row
+  // buckets with current_max took about twice as long a step at 100 Mbit/s
+  // (bench/results/measurements.md).
   scale_source ternary_scale = scale_source::previous_max;
   // Hand each bucket to the sync engine as soon as backward has produced it (begin_step,
   // submit_bucket, finish_step), so its allreduce overlaps the earlier layers' backward;

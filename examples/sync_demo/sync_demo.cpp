@@ -73,9 +73,7 @@ int run(int argc, char** argv) {
   layout.add("fc2.weight", 1024, 1024).add("fc2.bias", 1024);
   layout.add("fc3.weight", 10, 1024).add("fc3.bias", 10);
 
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
-  sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
+  pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
 
   // Prune weights only; biases stay dense. The seed is shared, so the masks are equal on
   // every rank (the tracker checks that in set_masks).

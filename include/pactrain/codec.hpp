@@ -11,11 +11,11 @@
 //   decode(wire, payload, ctx)      the reduced wire -> the mean over ranks (1/P folded in);
 //   decode_local(wire, payload, ctx) what this rank's own encoding stands for (error feedback).
 // Optional fused forms for error feedback: see feedback.hpp. The codecs that ship:
-// identity_codec (here), fp16_codec and bf16_codec (codec/half_cast.hpp), ternary_codec
+// identity_codec (here), fp16_codec and bf16_codec (codec/half_precision.hpp), ternary_codec
 // (codec/ternary.hpp).
 #pragma once
 
-#include <pactrain/compactor.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 
@@ -32,7 +32,7 @@ struct codec_context {
   int rank = 0;              // this rank
   int size = 1;              // P: ranks whose encodings are summed
   std::uint64_t step = 0;    // the engine's step counter (seeds stochastic rounding)
-  std::uint64_t bucket = 0;  // the bucket: separates random streams within a step
+  std::uint64_t bucket = 0;  // the bucket: separates random sequences within a step
   float scale = 0;           // the shared scale, for codecs with uses_scale
   /// Codecs with scale blocks (scale_count): one shared scale per block of the bucket's
   /// input. Empty: `scale` serves every block.

@@ -5,6 +5,8 @@
 // so ranks holding the same mask produce payloads that add up elementwise.
 #pragma once
 
+#include <pactrain/concepts.hpp>
+#include <pactrain/detail/buffer_checks.hpp>
 #include <pactrain/detail/config.hpp>
 #include <pactrain/detail/cpu.hpp>
 #include <pactrain/detail/host_kernels.hpp>
@@ -24,58 +26,6 @@
 #include <vector>
 
 namespace pactrain {
-
-/// Where a component's buffers live.
-enum class memory_space { host, device };
-
-/// Value types the compactors handle.
-template <class T>
-concept gradient_value = std::same_as<T, float> || std::same_as<T, double>;
-
-/// C compacts T gradients under Mask, with both buffers in C::memory: make_plan(mask) gives a
-/// plan_type with size() and count(); gather(plan, dense, payload): payload[k] = dense[k-th kept
-/// index]; scatter(plan, payload, dense, scale): dense[i] = scale * payload[rank(i)] or +0.
-template <class C, class Mask, class T>
-concept compactor_for = gradient_mask<Mask> &&
-    requires(const C& c, const Mask& m, const typename C::plan_type& p, std::span<const T> in,
-             std::span<T> out, T scale) {
-  { C::memory } -> std::convertible_to<memory_space>;
-  { c.make_plan(m) } -> std::same_as<typename C::plan_type>;
-  { p.size() } -> std::same_as<std::size_t>;
-  { p.count() } -> std::same_as<std::size_t>;
-  c.gather(p, in, out);
-  c.scatter(p, in, out, scale);
-};
-
-namespace detail {
-
-/// The preconditions of every compactor's gather and scatter: buffer sizes matching the plan,
-/// no null buffer with a nonzero size, no overlap. Throws pactrain::error naming
-/// `component::op`; the message is built only then, so a check that passes allocates nothing.
-template <class T, class W>
-void check_compaction_buffers(const char* component, const char* op, std::size_t plan_size,
-                              std::size_t plan_count, const T* dense, std::size_t dense_size,
-                              const W* payload, std::size_t payload_size) {
-  const auto where = [&] { return std::string(component) + "::" + op + ": "; };
-  PACTRAIN_EXPECTS(dense_size == plan_size, where() + "dense buffer has " +
-                                                std::to_string(dense_size) + " entries, the plan " +
-                                                std::to_string(plan_size));
-  PACTRAIN_EXPECTS(payload_size == plan_count,
-                   where() + "payload buffer has " + std::to_string(payload_size) +
-                       " entries, the plan keeps " + std::to_string(plan_count));
-  PACTRAIN_EXPECTS(dense != nullptr || dense_size == 0, where() + "null dense buffer");
-  PACTRAIN_EXPECTS(payload != nullptr || payload_size == 0, where() + "null payload buffer");
-  if (dense_size != 0 && payload_size != 0) {
-    // As bytes: the payload may hold another type than the dense tensor (device codecs).
-    const auto* d = reinterpret_cast<const std::byte*>(dense);
-    const auto* p = reinterpret_cast<const std::byte*>(payload);
-    const std::less<const std::byte*> lt;
-    const bool apart = !lt(d, p + payload_size * sizeof(W)) || !lt(p, d + dense_size * sizeof(T));
-    PACTRAIN_EXPECTS(apart, where() + "dense and payload buffers overlap");
-  }
-}
-
-}  // namespace detail
 
 /// Instruction sets of the host kernels. `automatic` takes the widest the CPU supports.
 enum class host_isa { automatic, portable, avx2, avx512 };
@@ -132,7 +82,7 @@ class host_compactor {
     /// stores (AVX2: 16-byte aligned output; AVX-512: 64-byte). They bypass the caches:
     /// faster for outputs larger than the caches, slower for a small output read again soon.
     /// SIZE_MAX: never.
-    std::size_t stream_min_bytes = std::size_t{4} << 20;
+    std::size_t nontemporal_min_bytes = std::size_t{4} << 20;
   };
 
   /// A compaction plan for one tensor. Plans are plain values: copyable, independent of the
@@ -153,7 +103,7 @@ class host_compactor {
     std::size_t size_ = 0;
     std::size_t count_ = 0;
     plan_format format_ = plan_format::runs;
-    std::vector<std::uint64_t> words_;    // bitmap; indices plans for a streaming scatter too
+    std::vector<std::uint64_t> words_;    // bitmap; indices plans for a non-temporal scatter too
     std::vector<run> runs_;               // runs
     std::vector<std::uint32_t> indices_;  // indices
   };
@@ -200,9 +150,9 @@ class host_compactor {
           for (std::size_t i = b; i < b + len; ++i)
             p.indices_.push_back(static_cast<std::uint32_t>(i));
         });
-        // An output large enough for streaming stores scatters faster through the bitmap
+        // An output large enough for non-temporal stores scatters faster through the bitmap
         // kernel, so such a plan keeps the words as well (n / 8 bytes).
-        if (streams_bytes(p.size_ * sizeof(float))) {
+        if (nontemporal_bytes(p.size_ * sizeof(float))) {
           p.words_.reserve(detail::words_for(p.size_));
           detail::for_each_word(mask, [&](std::uint64_t w) { p.words_.push_back(w); });
         }
@@ -241,7 +191,7 @@ class host_compactor {
 #if PACTRAIN_HAS_X86_KERNELS
           case host_isa::avx512:
             // Below one kept entry per word on average the portable loop wins here too
-            // (64 MiB at 1% density: 1.8-4.1 ms against 2.9-5.4 ms; even at 2%).
+            // (bench/results/measurements.md).
             k = plan.count_ * 64 < plan.size_
                     ? detail::gather_words_portable(plan.words_.data(), full, in, out, plan.count_)
                     : detail::gather_words_avx512(plan.words_.data(), full, in, out, plan.count_);
@@ -265,11 +215,11 @@ class host_compactor {
     }
   }
 
-  /// dense[i] = scale * payload[rank(i)] at kept entries and +0 at pruned ones; every entry
+  /// dense[i] = factor * payload[rank(i)] at kept entries and +0 at pruned ones; every entry
   /// of dense is written. Preconditions as for gather.
   template <gradient_value T>
   void scatter(const plan_type& plan, std::span<const T> payload, std::span<T> dense,
-               T scale) const {
+               T factor) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     const T* p = payload.data();
     T* out = dense.data();
@@ -279,7 +229,7 @@ class host_compactor {
         std::size_t pos = 0;
         for (const auto& r : plan.runs_) {
           std::fill(out + pos, out + r.begin, T(0));
-          scale_copy(p + k, out + r.begin, r.length, scale);
+          copy_times(p + k, out + r.begin, r.length, factor);
           k += r.length;
           pos = r.begin + r.length;
         }
@@ -287,21 +237,21 @@ class host_compactor {
         break;
       }
       case plan_format::indices: {
-        if (!plan.words_.empty() && streams<T>(plan, out, stream_alignment())) {
-          scatter_bitmap(plan, p, out, scale);
+        if (!plan.words_.empty() && nontemporal<T>(plan, out, nontemporal_alignment())) {
+          scatter_bitmap(plan, p, out, factor);
           break;
         }
         const std::uint32_t* idx = plan.indices_.data();
         std::size_t pos = 0;
         for (std::size_t k = 0; k < plan.count_; ++k) {
           std::fill(out + pos, out + idx[k], T(0));
-          out[idx[k]] = p[k] * scale;
+          out[idx[k]] = p[k] * factor;
           pos = std::size_t{idx[k]} + 1;
         }
         std::fill(out + pos, out + plan.size_, T(0));
         break;
       }
-      case plan_format::bitmap: scatter_bitmap(plan, p, out, scale); break;
+      case plan_format::bitmap: scatter_bitmap(plan, p, out, factor); break;
       case plan_format::automatic: break;
     }
   }
@@ -319,68 +269,68 @@ class host_compactor {
     return plan_format::bitmap;
   }
 
-  // The AVX2 and AVX-512 scatters stream (non-temporal stores) a large enough output aligned
-  // to their stores: 16 bytes for AVX2's, 64 for AVX-512's.
-  [[nodiscard]] bool streams_bytes(std::size_t bytes) const noexcept {
+  // The AVX2 and AVX-512 scatters write a large enough output with non-temporal stores when it
+  // is aligned to them: 16 bytes for AVX2's, 64 for AVX-512's.
+  [[nodiscard]] bool nontemporal_bytes(std::size_t bytes) const noexcept {
     return (opt_.isa == host_isa::avx2 || opt_.isa == host_isa::avx512) &&
-           bytes >= opt_.stream_min_bytes;
+           bytes >= opt_.nontemporal_min_bytes;
   }
-  // The alignment from which an output streams: AVX-512's stores want 64 bytes, but on Intel
-  // an output aligned to 16 only streams through the AVX2 kernel (see scatter_bitmap).
-  [[nodiscard]] std::size_t stream_alignment() const noexcept {
+  // The alignment from which an output takes non-temporal stores: AVX-512's want 64 bytes, but
+  // on Intel an output aligned to 16 only takes them through the AVX2 kernel (see
+  // scatter_bitmap).
+  [[nodiscard]] std::size_t nontemporal_alignment() const noexcept {
     return opt_.isa == host_isa::avx512 && !detail::cpu().intel ? 64 : 16;
   }
   template <class T>
-  [[nodiscard]] bool streams(const plan_type& plan, const T* out,
-                             std::size_t align) const noexcept {
-    return streams_bytes(plan.size_ * sizeof(T)) &&
+  [[nodiscard]] bool nontemporal(const plan_type& plan, const T* out,
+                                 std::size_t align) const noexcept {
+    return nontemporal_bytes(plan.size_ * sizeof(T)) &&
            reinterpret_cast<std::uintptr_t>(out) % align == 0;
   }
 
   // Scatter over plan.words_ (a bitmap plan, or an indices plan that kept its words).
   template <class T>
-  void scatter_bitmap(const plan_type& plan, const T* p, T* out, T scale) const noexcept {
+  void scatter_bitmap(const plan_type& plan, const T* p, T* out, T factor) const noexcept {
     const std::size_t full = plan.size_ / 64;
     std::size_t k = 0;
     switch (opt_.isa) {
 #if PACTRAIN_HAS_X86_KERNELS
       case host_isa::avx512: {
         // On Intel a large output aligned to 16 bytes but not 64 (std::vector's large
-        // buffers are) streams through the AVX2 kernel, which every AVX-512 CPU runs: there
-        // each plain 512-bit store spans two cache lines, and 64 MiB at 10% density took 9.3
-        // ms that way against 4.2 ms on a 2-core Intel Xeon. On an AMD EPYC the AVX-512
-        // kernel measured faster than the AVX2 one on the same kind of buffers (2.43 against
-        // 3.61 ms), so other CPUs keep it.
-        const bool wide = streams(plan, out, 64);  // AVX-512's own non-temporal stores
-        if (!wide && streams(plan, out, stream_alignment())) {
-          k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
+        // buffers are) takes non-temporal stores through the AVX2 kernel, which every AVX-512 CPU
+        // runs: there each plain 512-bit store spans two cache lines, which more than doubled the
+        // time on an Intel Xeon. On an AMD EPYC the AVX-512 kernel measured faster than the AVX2
+        // one on the same kind of buffers, so other CPUs keep it (bench/results/measurements.md).
+        const bool wide = nontemporal(plan, out, 64);  // AVX-512's own non-temporal stores
+        if (!wide && nontemporal(plan, out, nontemporal_alignment())) {
+          k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, factor, plan.count_,
                                          true);
         } else {
-          k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, scale, plan.count_,
+          k = detail::scatter_words_avx512(plan.words_.data(), full, p, out, factor, plan.count_,
                                            wide);
         }
         break;
       }
       case host_isa::avx2:
-        k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, scale, plan.count_,
-                                       streams(plan, out, 16));
+        k = detail::scatter_words_avx2(plan.words_.data(), full, p, out, factor, plan.count_,
+                                       nontemporal(plan, out, 16));
         break;
 #endif
       default:
-        k = detail::scatter_words_portable(plan.words_.data(), full, p, out, scale, plan.count_);
+        k = detail::scatter_words_portable(plan.words_.data(), full, p, out, factor, plan.count_);
     }
     if (full < plan.words_.size()) {
       detail::scatter_word(plan.words_[full], plan.size_ - 64 * full, p + k, out + 64 * full,
-                           scale);
+                           factor);
     }
   }
 
   template <class T>
-  static void scale_copy(const T* src, T* dst, std::size_t n, T scale) noexcept {
-    if (scale == T(1)) {
+  static void copy_times(const T* src, T* dst, std::size_t n, T factor) noexcept {
+    if (factor == T(1)) {
       std::memcpy(dst, src, n * sizeof(T));
     } else {
-      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * factor;
     }
   }
 

@@ -21,7 +21,7 @@ class communication_error : public error {
 };
 
 /// A failed CUDA runtime call: the message names the call, the CUDA error and where it was
-/// made (see PACTRAIN_CUDA_TRY in <pactrain/detail/cuda_runtime.hpp>). Defined here, without
+/// made (see PACTRAIN_CUDA_TRY in <pactrain/cuda/detail/cuda_runtime.hpp>). Defined here, without
 /// CUDA headers, so that host code can catch it.
 class cuda_error : public error {
  public:

@@ -1,4 +1,6 @@
-// Error feedback: the engine's fifth template parameter, and the encode steps it runs.
+// Error feedback: a codec wrapper, and the encode steps the engine runs with it.
+//
+//   pactrain::sync s{comm, layout, pactrain::error_feedback{pactrain::ternary_codec{{.seed = 1}}}};
 //
 // A codec may offer fused forms the engine then uses: encode_residual(payload, wire, residual,
 // ctx) encodes and sets residual = payload - decode_local(wire) in one pass, bit-identical to
@@ -9,27 +11,49 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/error.hpp>
 
-#include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace pactrain {
 
-/// The engine's fifth template parameter. error_feedback keeps, per codec input entry, what this
-/// rank's encodings failed to deliver (zero after every commit of masks or strategies) and adds
-/// it to the next step's input; it does nothing for the identity codec.
-struct no_feedback {
-  static constexpr bool enabled = false;
+/// Codec with error feedback: the engine keeps, per codec input entry, what this rank's
+/// encodings failed to deliver (zero after every commit of masks or strategies) and adds it to
+/// the next step's input. Encodes, decodes and is configured as Codec; does nothing for the
+/// identity codec.
+template <class Codec>
+struct error_feedback : Codec {
+  error_feedback() = default;
+  /// Implicit: sync<Comm, error_feedback<C>> s{comm, layout, C{...}} takes C's settings.
+  error_feedback(Codec codec) : Codec(std::move(codec)) {}  // NOLINT(google-explicit-constructor)
 };
-struct error_feedback {
-  static constexpr bool enabled = true;
-};
+template <class Codec>
+error_feedback(Codec) -> error_feedback<Codec>;
 
-template <class F>
-concept feedback_policy = requires {
-  { F::enabled } -> std::convertible_to<bool>;
+template <class Codec>
+struct codec_traits<error_feedback<Codec>> : codec_traits<Codec> {};
+
+namespace detail {
+template <class Codec>
+struct feedback_of {
+  static constexpr bool value = false;
+  using codec = Codec;
 };
+template <class Codec>
+struct feedback_of<error_feedback<Codec>> {
+  static constexpr bool value = true;
+  using codec = Codec;
+};
+}  // namespace detail
+
+/// True for error_feedback<C>: the engine keeps residuals (unless C is the identity codec).
+template <class Codec>
+inline constexpr bool has_feedback_v = detail::feedback_of<Codec>::value;
+
+/// The codec that encodes: C for error_feedback<C>, else Codec.
+template <class Codec>
+using base_codec_t = typename detail::feedback_of<Codec>::codec;
 
 /// Encodes `in` and sets residual = in - decode_local(wire): what this rank's encoding failed
 /// to deliver (error feedback). residual must not overlap in.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <pactrain/detail/config.hpp>
+#include <pactrain/detail/mask_words.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 
@@ -27,19 +28,8 @@
 
 namespace pactrain {
 
-/// Serialisation tags of the mask representations; part of the binary format.
-enum class mask_kind : std::uint32_t { bitmap = 1, index = 2, block = 3 };
-
-namespace detail {
-
-inline constexpr std::size_t words_for(std::size_t bits) noexcept { return (bits + 63) / 64; }
-
-/// A callable that accepts (begin, length) runs; used to state the concept.
-struct run_sink {
-  void operator()(std::size_t, std::size_t) const noexcept {}
-};
-
-}  // namespace detail
+// mask_kind (the serialisation tags), detail::words_for and detail::run_sink are in
+// detail/mask_words.hpp, with the helpers every mask type shares.
 
 /// A set of kept entries of a tensor of `size()` entries. `for_each_run(f)` calls f(begin,
 /// length) for every maximal run of kept entries, in increasing order; `full(n)` keeps every
@@ -55,78 +45,6 @@ concept gradient_mask = std::regular<M> && requires(const M& m, std::size_t i, d
   { M::none(i) } -> std::same_as<M>;
   { M::kind } -> std::convertible_to<mask_kind>;
 };
-
-namespace detail {
-
-/// A bitmap mask whose words() are the canonical words (bit i % 64 of word i / 64 is entry i,
-/// the bits past size() zero), which the helpers below read directly.
-template <class M>
-concept word_bitmap = (M::kind == mask_kind::bitmap) && requires(const M& m) {
-  { m.words() } -> std::convertible_to<std::span<const std::uint64_t>>;
-};
-
-/// Streams the entry-level 64-bit words of any mask, in order, from its runs (a word_bitmap's
-/// are its own): the canonical form that digests are defined on. O(size/64 + runs).
-template <class Mask, class F>
-void for_each_word(const Mask& m, F&& emit) {
-  if constexpr (word_bitmap<Mask>) {
-    for (const std::uint64_t w : m.words()) emit(w);
-  } else {
-    const std::size_t nwords = words_for(m.size());
-    std::size_t wi = 0;
-    std::uint64_t cur = 0;
-    m.for_each_run([&](std::size_t begin, std::size_t len) {
-      std::size_t pos = begin;
-      const std::size_t end = begin + len;
-      while (pos < end) {
-        const std::size_t w = pos / 64;
-        while (wi < w) {
-          emit(cur);
-          cur = 0;
-          ++wi;
-        }
-        const unsigned lo = static_cast<unsigned>(pos % 64);
-        const std::size_t take = std::min<std::size_t>(64 - lo, end - pos);
-        const std::uint64_t bits = take == 64 ? ~0ULL : (((1ULL << take) - 1) << lo);
-        cur |= bits;
-        pos += take;
-      }
-    });
-    while (wi < nwords) {
-      emit(cur);
-      cur = 0;
-      ++wi;
-    }
-  }
-}
-
-/// The number of maximal runs of kept entries: a word_bitmap's from its words (a run starts at
-/// every kept bit whose predecessor is not kept), O(size/64); any other mask's from its runs.
-template <class Mask>
-std::size_t run_count(const Mask& m) {
-  std::size_t runs = 0;
-  if constexpr (word_bitmap<Mask>) {
-    std::uint64_t carry = 0;  // the last bit of the word before
-    for (const std::uint64_t w : m.words()) {
-      runs += static_cast<std::size_t>(std::popcount(w & ~((w << 1) | carry)));
-      carry = w >> 63;
-    }
-  } else {
-    m.for_each_run([&](std::size_t, std::size_t) { ++runs; });
-  }
-  return runs;
-}
-
-/// The digest of a mask: its size, then its canonical words.
-template <class Mask>
-std::uint64_t mask_digest(const Mask& m) {
-  digest_builder d(0x6d61736b);  // "mask"
-  d.add(static_cast<std::uint64_t>(m.size()));
-  for_each_word(m, [&](std::uint64_t w) { d.add(w); });
-  return d.value();
-}
-
-}  // namespace detail
 
 // --------------------------------------------------------------------------------------------
 

@@ -4,21 +4,21 @@
 #pragma once
 
 #include <pactrain/codec.hpp>
-#include <pactrain/codec/half_cast.hpp>
+#include <pactrain/codec/half_precision.hpp>
 #include <pactrain/codec/ternary.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
+#include <pactrain/cost_model.hpp>
 #include <pactrain/detail/config.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
 #include <pactrain/half.hpp>
+#include <pactrain/huge_pages.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
-#include <pactrain/memory.hpp>
-#include <pactrain/cost_model.hpp>
 #include <pactrain/planner.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 #include <pactrain/serialize.hpp>
 #include <pactrain/sgd.hpp>
 #include <pactrain/strategy.hpp>

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <pactrain/codec.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/cost_model.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/strategy.hpp>
@@ -187,7 +188,7 @@ inline std::vector<strategy_choice> candidate_strategies(const cost_model& m, in
 }
 
 /// The shapes of a sync engine's buckets under its current masks.
-template <class Sync>
+template <sync_engine Sync>
 std::vector<bucket_shape> bucket_shapes(const Sync& s) {
   std::vector<bucket_shape> out;
   const auto& buckets = s.layout().buckets();
@@ -206,27 +207,6 @@ std::vector<bucket_shape> bucket_shapes(const Sync& s) {
     out.push_back(b);
   }
   return out;
-}
-
-// Names of 0.1, kept for this release: "plan" now means only a compaction plan.
-using bucket_plan [[deprecated("use pactrain::strategy_choice")]] = strategy_choice;
-using plan_options [[deprecated("use pactrain::choice_options")]] = choice_options;
-
-[[deprecated("use pactrain::choose_strategies")]] inline strategy_choice plan_buckets(
-    const cost_model& m, int ranks, std::span<const bucket_shape> b, choice_options opt = {}) {
-  return choose_strategies(m, ranks, b, opt);
-}
-
-[[deprecated("use pactrain::predict_strategies")]] inline strategy_choice predict_plan(
-    const cost_model& m, int ranks, std::span<const bucket_shape> b,
-    std::vector<bucket_strategy> strategies) {
-  return predict_strategies(m, ranks, b, std::move(strategies));
-}
-
-[[deprecated("use pactrain::candidate_strategies")]] inline std::vector<strategy_choice>
-candidate_plans(const cost_model& m, int ranks, std::span<const bucket_shape> b,
-                candidate_options opt = {}) {
-  return candidate_strategies(m, ranks, b, opt);
 }
 
 }  // namespace pactrain

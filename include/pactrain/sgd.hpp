@@ -141,15 +141,15 @@ class sgd {
     p = std::fma(d, f.neg_lr, p);
   }
 
-  // n entries; the gradient is g[i] * scale (the scatter's one multiply; exact for 1).
+  // n entries; the gradient is g[i] * factor (the scatter's one multiply; exact for 1).
   PACTRAIN_ALWAYS_INLINE static void body(const factors& f, float* __restrict p,
                                           const float* __restrict g, float* __restrict buf,
-                                          std::size_t n, float scale = 1.0f) noexcept {
+                                          std::size_t n, float factor = 1.0f) noexcept {
     if (f.momentum) {
-      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * scale, buf[i]);
+      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * factor, buf[i]);
     } else {
       float unused = 0;
-      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * scale, unused);
+      for (std::size_t i = 0; i < n; ++i) entry(f, p[i], g[i] * factor, unused);
     }
   }
 
@@ -157,9 +157,9 @@ class sgd {
   // in g.
   PACTRAIN_ALWAYS_INLINE static void body_runs(
       const factors& f, float* p, const float* g, float* buf,
-      std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) noexcept {
+      std::span<const std::pair<std::size_t, std::size_t>> runs, float factor) noexcept {
     for (const auto& [begin, len] : runs) {
-      body(f, p + begin, g, f.momentum ? buf + begin : nullptr, len, scale);
+      body(f, p + begin, g, f.momentum ? buf + begin : nullptr, len, factor);
       g += len;
     }
   }
@@ -168,49 +168,49 @@ class sgd {
   // (at 10% density most words hold a few bits, and a run per bit would cost a call each).
   PACTRAIN_ALWAYS_INLINE static void body_words(const factors& f, float* p, const float* g,
                                                 float* buf, std::span<const std::uint64_t> words,
-                                                float scale) noexcept {
+                                                float factor) noexcept {
     float unused = 0;
     for (std::size_t wi = 0; wi < words.size(); ++wi) {
       std::uint64_t w = words[wi];
       const std::size_t base = wi * 64;
       if (w == ~0ULL) {
-        body(f, p + base, g, f.momentum ? buf + base : nullptr, 64, scale);
+        body(f, p + base, g, f.momentum ? buf + base : nullptr, 64, factor);
         g += 64;
         continue;
       }
       while (w != 0) {
         const std::size_t i = base + static_cast<std::size_t>(std::countr_zero(w));
-        entry(f, p[i], *g++ * scale, f.momentum ? buf[i] : unused);
+        entry(f, p[i], *g++ * factor, f.momentum ? buf[i] : unused);
         w &= w - 1;
       }
     }
   }
 
   static void run_words(const factors& f, float* p, const float* g, float* buf,
-                        std::span<const std::uint64_t> words, float scale) {
-    body_words(f, p, g, buf, words, scale);
+                        std::span<const std::uint64_t> words, float factor) {
+    body_words(f, p, g, buf, words, factor);
   }
   static void run(const factors& f, float* p, const float* g, float* buf, std::size_t n,
-                  float scale = 1.0f) {
-    body(f, p, g, buf, n, scale);
+                  float factor = 1.0f) {
+    body(f, p, g, buf, n, factor);
   }
   static void run_runs(const factors& f, float* p, const float* g, float* buf,
-                       std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) {
-    body_runs(f, p, g, buf, runs, scale);
+                       std::span<const std::pair<std::size_t, std::size_t>> runs, float factor) {
+    body_runs(f, p, g, buf, runs, factor);
   }
 #if PACTRAIN_HAS_X86_KERNELS
   PACTRAIN_SGD_FMA static void run_fma(const factors& f, float* p, const float* g, float* buf,
-                                       std::size_t n, float scale = 1.0f) {
-    body(f, p, g, buf, n, scale);
+                                       std::size_t n, float factor = 1.0f) {
+    body(f, p, g, buf, n, factor);
   }
   PACTRAIN_SGD_FMA static void run_words_fma(const factors& f, float* p, const float* g, float* buf,
-                                             std::span<const std::uint64_t> words, float scale) {
-    body_words(f, p, g, buf, words, scale);
+                                             std::span<const std::uint64_t> words, float factor) {
+    body_words(f, p, g, buf, words, factor);
   }
   PACTRAIN_SGD_FMA static void run_runs_fma(
       const factors& f, float* p, const float* g, float* buf,
-      std::span<const std::pair<std::size_t, std::size_t>> runs, float scale) {
-    body_runs(f, p, g, buf, runs, scale);
+      std::span<const std::pair<std::size_t, std::size_t>> runs, float factor) {
+    body_runs(f, p, g, buf, runs, factor);
   }
 #endif
 
@@ -239,26 +239,26 @@ class sgd_update {
                          std::to_string(layout.tensor_count()) + " tensors");
   }
 
-  /// Tensor i's kept entries: their averaged gradients are payload[k] * scale, in index order.
-  void kept(std::size_t i, std::span<const float> payload, float scale) {
+  /// Tensor i's kept entries: their averaged gradients are payload[k] * factor, in index order.
+  void kept(std::size_t i, std::span<const float> payload, float factor) {
     const auto& t = layout_.tensor(i);
     if constexpr (std::same_as<Mask, bitmap_mask>) {
       float* buf = f_.momentum ? momentum_.data() + t.offset : nullptr;
       float* p = params_.data() + t.offset;
       const auto words = masks_[i].words();
 #if PACTRAIN_HAS_X86_KERNELS
-      if (detail::cpu().avx2) return sgd::run_words_fma(f_, p, payload.data(), buf, words, scale);
+      if (detail::cpu().avx2) return sgd::run_words_fma(f_, p, payload.data(), buf, words, factor);
 #endif
-      return sgd::run_words(f_, p, payload.data(), buf, words, scale);
+      return sgd::run_words(f_, p, payload.data(), buf, words, factor);
     }
     runs_.clear();
     masks_[i].for_each_run([&](std::size_t b, std::size_t len) { runs_.emplace_back(b, len); });
     float* buf = f_.momentum ? momentum_.data() + t.offset : nullptr;
     float* p = params_.data() + t.offset;
 #if PACTRAIN_HAS_X86_KERNELS
-    if (detail::cpu().avx2) return sgd::run_runs_fma(f_, p, payload.data(), buf, runs_, scale);
+    if (detail::cpu().avx2) return sgd::run_runs_fma(f_, p, payload.data(), buf, runs_, factor);
 #endif
-    sgd::run_runs(f_, p, payload.data(), buf, runs_, scale);
+    sgd::run_runs(f_, p, payload.data(), buf, runs_, factor);
   }
 
   /// Tensor i's whole averaged gradient (a dense bucket's, written back).

@@ -1,24 +1,25 @@
-// pactrain::sync — the engine: averages pruned gradients across ranks, sending only the
+// pactrain::sync -- the engine: averages pruned gradients across ranks, sending only the
 // entries the masks keep.
 //
-//   using sync_t = pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor,
-//                                 pactrain::mpi_communicator>;
-//   sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};   // collective
-//   sync.set_masks(masks);      // collective; checked across ranks
-//   sync.allreduce(grads);      // averaged; pruned entries come back as +0
+//   pactrain::sync s{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};   // collective
+//   s.set_masks(masks);      // collective; checked across ranks
+//   s.allreduce(grads);      // averaged; pruned entries come back as +0
 //
-// With a codec (codec/half_cast.hpp, codec/ternary.hpp) and optionally error feedback:
-//   pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator,
-//                  pactrain::ternary_codec, pactrain::error_feedback>
-//       sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout,
-//            pactrain::ternary_codec{{.seed = 1}}};
+// With a codec (codec/half_precision.hpp, codec/ternary.hpp), optionally with error feedback
+// (feedback.hpp):
+//   pactrain::sync s{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout,
+//                    pactrain::error_feedback{pactrain::ternary_codec{{.seed = 1}}}};
 //
+// The type, where it must be named: sync<Comm, Codec = identity_codec<float>,
+// Mask = bitmap_mask, Compactor = default_compactor<Comm>::type>. The same facade runs on
+// device buffers (cuda/sync.cuh) when the compactor is a device one.
 // How a step runs, file by file: docs/ARCHITECTURE.md.
 #pragma once
 
 #include <pactrain/codec.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/detail/sync/host_engine.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
@@ -40,17 +41,16 @@ namespace pactrain {
 /// makes the collective calls in the same order. Bad input fails configuration calls on every
 /// rank alike; step calls check only locally, so a rank that throws strands the rest (stop the
 /// job), unless sync_options::checked makes every step agree first.
-template <gradient_mask Mask, class Compactor, communicator Comm,
-          class Codec = identity_codec<float>, class Feedback = no_feedback>
-class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback> {
-  using engine = detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>;
+template <communicator Comm, class Codec = identity_codec<float>, gradient_mask Mask = bitmap_mask,
+          class Compactor = typename default_compactor<Comm>::type>
+class sync : private detail::host_engine<Comm, Codec, Mask, Compactor> {
+  using engine = detail::host_engine<Comm, Codec, Mask, Compactor>;
 
  public:
-  using mask_type = Mask;
-  using compactor_type = Compactor;
   using communicator_type = Comm;
   using codec_type = Codec;
-  using feedback_type = Feedback;
+  using mask_type = Mask;
+  using compactor_type = Compactor;
   using value_type = typename Codec::value_type;
   using wire_type = typename Codec::wire_type;
   using plan_type = typename Compactor::plan_type;
@@ -61,13 +61,13 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
   /// Collective: checks that all ranks hold the same layout and codec settings and that the
   /// codec suits this many ranks; starts with every entry kept (Mask::full).
   sync(Comm comm, param_layout layout, sync_options opt = {})
-      : engine(std::move(comm), std::move(layout), Compactor{}, opt, Codec{}) {}
+      : engine(std::move(comm), std::move(layout), Codec{}, Compactor{}, opt) {}
   /// As above, with a codec's settings (e.g. ternary_codec{{.seed = 1}}).
   sync(Comm comm, param_layout layout, Codec codec, sync_options opt = {})
-      : engine(std::move(comm), std::move(layout), Compactor{}, opt, std::move(codec)) {}
+      : engine(std::move(comm), std::move(layout), std::move(codec), Compactor{}, opt) {}
   /// As above, with a compactor's settings too.
-  sync(Comm comm, param_layout layout, Compactor compactor, sync_options opt, Codec codec = {})
-      : engine(std::move(comm), std::move(layout), std::move(compactor), opt, std::move(codec)) {}
+  sync(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt = {})
+      : engine(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
 
   // --- configuration (collective) ---
 
@@ -124,8 +124,8 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
 
   /// Collective: finish_step, fused with the optimizer step. Instead of writing each average
   /// back, hands it to `update` once every bucket is in and finite: update.kept(tensor,
-  /// payload, scale) for a sparse bucket's tensors (the kept entries' averages are
-  /// payload[k] * scale, in index order; the gradient buffer is not written), update.dense(
+  /// payload, factor) for a sparse bucket's tensors (the kept entries' averages are
+  /// payload[k] * factor, in index order; the gradient buffer is not written), update.dense(
   /// tensor, grad) for a dense bucket's (written back as usual), then update.done(). After a
   /// non-finite step no update is made and the gradients are written back as finish_step
   /// writes them. sgd::fused (sgd.hpp) makes such an update.
@@ -137,7 +137,7 @@ class sync : private detail::host_engine<Mask, Compactor, Comm, Codec, Feedback>
           update.dense(i, v);
           update.done();
         },
-        "sync::finish_step(update): update needs kept(tensor, payload, scale), dense(tensor, "
+        "sync::finish_step(update): update needs kept(tensor, payload, factor), dense(tensor, "
         "grad) and done()");
     this->finish(&update);
   }

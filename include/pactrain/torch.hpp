@@ -1,9 +1,9 @@
 // pactrain/torch.hpp: a LibTorch module's parameters on pactrain (CMake target pactrain::torch).
 //
 //   pactrain::torch_params params(*model);                 // flat parameters, gradients, momentum
-//   sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, params.layout()};
+//   pactrain::sync sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, params.layout()};
 //   params.broadcast(sync.get_communicator());             // rank 0's initial weights everywhere
-//   pactrain::torch_overlap<sync_t> overlap(params, sync);  // buckets go out during backward
+//   pactrain::torch_overlap overlap(params, sync);         // buckets go out during backward
 //   pactrain::sgd opt({.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
 //   for (...) {
 //     overlap.begin_step();                                // zeroes the gradients
@@ -15,9 +15,10 @@
 #pragma once
 
 #include <pactrain/communicator.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -175,7 +176,7 @@ class torch_params {
 /// after backward. One backward per step; parameters that get no gradient are sent by
 /// finish_step (as +0). Both objects must outlive this one; the hooks stay registered but do
 /// nothing once it is destroyed.
-template <class Sync>
+template <sync_engine Sync>
 class torch_overlap {
  public:
   torch_overlap(torch_params& params, Sync& sync) : state_(std::make_shared<state>(params, sync)) {

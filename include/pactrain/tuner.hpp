@@ -18,6 +18,7 @@
 #pragma once
 
 #include <pactrain/communicator.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/planner.hpp>
 
@@ -125,7 +126,7 @@ class strategy_tuner {
   /// Collective: applies this step's candidate (set_strategies, only where it differs) and
   /// starts the clock. Then run the step (sync.allreduce, or begin_step, submit_bucket and
   /// finish_step, timed with what the caller computes between them), then end_step.
-  template <class Sync>
+  template <sync_engine Sync>
   void begin_step(Sync& sync) {
     const auto& want = candidates_[tuner_.current()];
     if (sync.strategies() != want) sync.set_strategies(want);
@@ -133,7 +134,7 @@ class strategy_tuner {
   }
 
   /// Collective while tuning: stops the clock and records the step.
-  template <class Sync>
+  template <sync_engine Sync>
   void end_step(Sync& sync) {
     const double t =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -144,7 +145,7 @@ class strategy_tuner {
   }
 
   /// begin_step, sync.allreduce(grads), end_step.
-  template <class Sync>
+  template <sync_engine Sync>
   void allreduce(Sync& sync, std::span<typename Sync::value_type> grads) {
     begin_step(sync);
     sync.allreduce(grads);

@@ -7,7 +7,7 @@
 #endif
 
 #include <pactrain/cuda/detail/cuda_exec.cuh>
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 
 #include "common/device_array.hpp"
 

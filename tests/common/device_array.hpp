@@ -7,7 +7,7 @@
 #include <thrust/detail/config.h>
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 #endif
 
 #include <cstddef>

@@ -8,8 +8,7 @@ struct rounding_codec {  // e.g. a per-rank quantiser: sum of codes != code of t
 };
 
 int main() {
-  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::loopback_communicator,
-                 rounding_codec>
-      s{pactrain::loopback_communicator{}, pactrain::param_layout{}};
+  pactrain::sync<pactrain::loopback_communicator, rounding_codec> s{
+      pactrain::loopback_communicator{}, pactrain::param_layout{}};
   (void)s;
 }

@@ -24,8 +24,7 @@ struct float_only_communicator {  // models pactrain::communicator, but not for 
 static_assert(pactrain::communicator<float_only_communicator>);
 
 int main() {
-  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, float_only_communicator,
-                 pactrain::fp16_codec>
-      s{float_only_communicator{}, pactrain::param_layout{}};
+  pactrain::sync<float_only_communicator, pactrain::fp16_codec> s{float_only_communicator{},
+                                                                  pactrain::param_layout{}};
   (void)s;
 }

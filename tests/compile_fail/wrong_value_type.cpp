@@ -12,8 +12,7 @@ struct pactrain::codec_traits<int_codec> {
 };
 
 int main() {
-  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::loopback_communicator,
-                 int_codec>
-      s{pactrain::loopback_communicator{}, pactrain::param_layout{}};
+  pactrain::sync<pactrain::loopback_communicator, int_codec> s{pactrain::loopback_communicator{},
+                                                               pactrain::param_layout{}};
   (void)s;
 }

@@ -21,14 +21,14 @@ namespace {
 
 // One rank, 1000 entries, every third kept. With |g| = s = 0.5 at every entry the ternary
 // rounding is exact (t = sign g), so every codec must return g at kept entries and +0 elsewhere.
-template <class Codec, class Feedback = pactrain::no_feedback>
+template <class Codec>
 bool one_rank_sync(Codec codec) {
   pactrain::param_layout layout;
   layout.add("w", 1000);
-  pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor,
-                 pactrain::loopback_communicator, Codec, Feedback>
-      s{pactrain::loopback_communicator{}, layout, {}, {}, codec};
-  s.set_masks({pactrain::bitmap_mask::from_predicate(1000, [](std::size_t i) { return i % 3 == 0; })});
+  pactrain::sync<pactrain::loopback_communicator, Codec> s{pactrain::loopback_communicator{},
+                                                           layout, codec};
+  s.set_masks(
+      {pactrain::bitmap_mask::from_predicate(1000, [](std::size_t i) { return i % 3 == 0; })});
   std::vector<float> g(1000);
   for (std::size_t i = 0; i < g.size(); ++i) g[i] = i % 2 == 0 ? 0.5f : -0.5f;
   s.allreduce(std::span<float>(g));
@@ -52,11 +52,10 @@ int main(int argc, char** argv) {
 #endif
   const bool ok = one_rank_sync(pactrain::identity_codec<float>{}) &&
                   one_rank_sync(pactrain::fp16_codec{}) &&
-                  one_rank_sync<pactrain::ternary_codec, pactrain::error_feedback>(
+                  one_rank_sync<pactrain::error_feedback<pactrain::ternary_codec>>(
                       pactrain::ternary_codec{{.seed = 1}});
-  std::printf("pactrain consumer: version %d.%d.%d, %d rank(s), syncs %s\n",
-              PACTRAIN_VERSION_MAJOR, PACTRAIN_VERSION_MINOR, PACTRAIN_VERSION_PATCH, ranks,
-              ok ? "ok" : "WRONG");
+  std::printf("pactrain consumer: version %d.%d.%d, %d rank(s), syncs %s\n", PACTRAIN_VERSION_MAJOR,
+              PACTRAIN_VERSION_MINOR, PACTRAIN_VERSION_PATCH, ranks, ok ? "ok" : "WRONG");
 #if defined(PACTRAIN_CONSUMER_MPI)
   MPI_Finalize();
 #endif

@@ -87,10 +87,10 @@ endif()
     "${CMAKE_COMMAND}" -S "${probe}" -B "${probe}/build" ${configure_args})
 
   # With CUDA and NCCL: COMPONENTS nccl gives pactrain::cuda and pactrain::nccl to a host
-  # (C++ only) project, and a host source can include <pactrain/nccl.hpp>.
+  # (C++ only) project, and a host source can include <pactrain/cuda/nccl.hpp>.
   if(WITH_NCCL)
     set(probe "${WORK_DIR}/nccl_component")
-    file(WRITE "${probe}/probe.cpp" "#include <pactrain/nccl.hpp>\nint main() { return 0; }\n")
+    file(WRITE "${probe}/probe.cpp" "#include <pactrain/cuda/nccl.hpp>\nint main() { return 0; }\n")
     file(WRITE "${probe}/CMakeLists.txt"
 "cmake_minimum_required(VERSION 3.25)
 project(pactrain_nccl_probe LANGUAGES CXX)

@@ -5,7 +5,7 @@
 // compiles it.
 #include <doctest/doctest.h>
 
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 
 #include <cstdio>
 

@@ -3,11 +3,10 @@
 // the call, file and line. Runs without a GPU.
 #include <doctest/doctest.h>
 
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 #include <pactrain/pactrain.hpp>
 #if __has_include(<nccl.h>)
 #include <pactrain/cuda/nccl.hpp>
-#include <pactrain/nccl.hpp>  // the forwarding header of earlier releases
 #define PACTRAIN_TEST_NCCL 1
 #else
 #define PACTRAIN_TEST_NCCL 0

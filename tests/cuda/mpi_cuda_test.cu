@@ -1,7 +1,7 @@
 // mpi_cuda_communicator and the device sync engine over MPI, several ranks sharing one GPU:
 // bit-for-bit equality with the host engine over MPI (sync_checks.hpp's cross-rank subset:
-// every mask type, value type and 16-bit codec, the three-phase step), the staged and the detected transfer paths, and the agreement. Every rank
-// exits with 77 without a GPU.
+// every mask type, value type and 16-bit codec, the three-phase step), the staged and the detected
+// transfer paths, and the agreement. Every rank exits with 77 without a GPU.
 #include <doctest/doctest.h>
 
 #include <pactrain/cuda/mpi_cuda.hpp>
@@ -77,8 +77,7 @@ TEST_CASE("the device engine over MPI equals the host engine over MPI") {
 
 TEST_CASE("masks that differ across ranks are refused on every rank") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, cuda_compactor, mpi_cuda_communicator> s{
-      mpi_cuda_communicator{MPI_COMM_WORLD}, l};
+  pactrain::sync<mpi_cuda_communicator> s{mpi_cuda_communicator{MPI_COMM_WORLD}, l};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 1);
   s.set_masks(masks);
   auto mine = masks;

@@ -14,7 +14,7 @@
 
 #include <doctest/doctest.h>
 
-#include <pactrain/codec/half_cast.hpp>
+#include <pactrain/codec/half_precision.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include "common/device_array.hpp"
@@ -70,9 +70,9 @@ struct sync_checks {
   template <class Mask, class Codec>
   void against_host(const param_layout& l) const {
     using T = typename Codec::value_type;
-    pactrain::sync<Mask, Compactor, comm_type, Codec> ds{make_comm(),    l,       Compactor{},
-                                                         sync_options{}, Codec{}, stream};
-    pactrain::sync<Mask, host_compactor, host_comm_type, Codec> hs{make_host_comm(), l};
+    pactrain::sync<comm_type, Codec, Mask, Compactor> ds{make_comm(), l, Codec{}, sync_options{},
+                                                         stream};
+    pactrain::sync<host_comm_type, Codec, Mask> hs{make_host_comm(), l};
     for (double d : densities) {
       CAPTURE(d);
       const auto masks = masks_for<Mask>(l, d, 17);
@@ -105,9 +105,9 @@ struct sync_checks {
   // the one-call step's results; misuse is refused and leaves no step open.
   void three_phase() const {
     const auto l = small_layout();
-    pactrain::sync<bitmap_mask, Compactor, comm_type, fp16_codec> ds{
-        make_comm(), l, Compactor{}, sync_options{}, fp16_codec{}, stream};
-    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, fp16_codec> hs{make_host_comm(), l};
+    pactrain::sync<comm_type, fp16_codec, bitmap_mask, Compactor> ds{make_comm(), l, fp16_codec{},
+                                                                     sync_options{}, stream};
+    pactrain::sync<host_comm_type, fp16_codec> hs{make_host_comm(), l};
     const auto masks = masks_for<bitmap_mask>(l, 0.5, 3);
     ds.set_masks(masks);
     hs.set_masks(masks);
@@ -119,12 +119,12 @@ struct sync_checks {
          {std::vector<std::size_t>{2, 0}, std::vector<std::size_t>{}, {1, 2, 0}}) {
       auto g = grads<fp16_codec>(l.total_size(), 7 + order.size());
       array<float> dg(g);
-      CHECK_FALSE(ds.in_step());
+      CHECK_FALSE(ds.step_open());
       ds.begin_step(dg.span(), stream);
-      CHECK(ds.in_step());
+      CHECK(ds.step_open());
       for (std::size_t b : order) ds.submit_bucket(b);
       ds.finish_step();
-      CHECK_FALSE(ds.in_step());
+      CHECK_FALSE(ds.step_open());
       hs.allreduce(std::span<float>(g));
       CHECK(bad_entries(dg.host(), g) == 0);
       CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
@@ -145,7 +145,7 @@ struct sync_checks {
     CHECK(ds.step() == 4);
     CHECK_THROWS_WITH_AS(ds.begin_step(dg.span().first(5), stream),
                          doctest::Contains("buffer has 5 entries"), error);
-    CHECK_FALSE(ds.in_step());
+    CHECK_FALSE(ds.step_open());
   }
 
   // One buffer per tensor gives the flat buffer's results, every strategy on every bucket:
@@ -154,9 +154,9 @@ struct sync_checks {
   // are refused, leaving no step open.
   void separate_buffers() const {
     const auto l = small_layout();
-    pactrain::sync<bitmap_mask, Compactor, comm_type, fp16_codec> ds{
-        make_comm(), l, Compactor{}, sync_options{}, fp16_codec{}, stream};
-    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, fp16_codec> hs{make_host_comm(), l};
+    pactrain::sync<comm_type, fp16_codec, bitmap_mask, Compactor> ds{make_comm(), l, fp16_codec{},
+                                                                     sync_options{}, stream};
+    pactrain::sync<host_comm_type, fp16_codec> hs{make_host_comm(), l};
     const auto masks = masks_for<bitmap_mask>(l, 0.5, 9);
     ds.set_masks(masks);
     hs.set_masks(masks);
@@ -222,7 +222,7 @@ struct sync_checks {
     bad[1] = std::span<float>(static_cast<float*>(nullptr), 20);
     CHECK_THROWS_WITH_AS(ds.begin_step(std::span<const std::span<float>>(bad), stream),
                          doctest::Contains("null buffer for tensor 'fc1.bias'"), error);
-    CHECK_FALSE(ds.in_step());
+    CHECK_FALSE(ds.step_open());
     CHECK(ds.stats().steps == 4);
   }
 
@@ -231,14 +231,13 @@ struct sync_checks {
   // stochastic rounding, residuals, statistics). A rank's NaN makes its whole bucket NaN at
   // kept entries on both; the device engine then advances its step counter (the host cannot
   // know without waiting) but, like the host engine, keeps the residuals it had.
-  template <class Feedback>
+  template <class Codec>
   void ternary(std::size_t scale_block) const {
     const auto l = small_layout();
     const ternary_codec codec{ternary_options{.seed = 5, .scale_block = scale_block}};
-    pactrain::sync<bitmap_mask, Compactor, comm_type, ternary_codec, Feedback> ds{
-        make_comm(), l, Compactor{}, sync_options{}, codec, stream};
-    pactrain::sync<bitmap_mask, host_compactor, host_comm_type, ternary_codec, Feedback> hs{
-        make_host_comm(), l, host_compactor{}, sync_options{}, codec};
+    pactrain::sync<comm_type, Codec, bitmap_mask, Compactor> ds{make_comm(), l, codec,
+                                                                sync_options{}, stream};
+    pactrain::sync<host_comm_type, Codec> hs{make_host_comm(), l, codec};
     using B = bucket_strategy;
     const std::vector<std::vector<B>> st{{B::sparse, B::dense, B::sparse},
                                          {B::dense, B::sparse_plain, B::sparse},
@@ -286,8 +285,8 @@ struct sync_checks {
     hs.set_step(ds.step());
     run(true, false);  // the residuals of before the NaN, on both
     const ternary_codec previous{ternary_options{.scale = scale_source::previous_max}};
-    CHECK_THROWS_WITH_AS((pactrain::sync<bitmap_mask, Compactor, comm_type, ternary_codec>{
-                             make_comm(), l, Compactor{}, sync_options{}, previous, stream}),
+    CHECK_THROWS_WITH_AS((pactrain::sync<comm_type, ternary_codec, bitmap_mask, Compactor>{
+                             make_comm(), l, previous, sync_options{}, stream}),
                          doctest::Contains("previous_max scales run on the host engine only"),
                          error);
   }
@@ -295,7 +294,8 @@ struct sync_checks {
   // A fully pruned model sends nothing and zeroes everything.
   void fully_pruned() const {
     const auto l = small_layout();
-    pactrain::sync<bitmap_mask, Compactor, comm_type> ds{make_comm(), l, stream};
+    pactrain::sync<comm_type, identity_codec<float>, bitmap_mask, Compactor> ds{make_comm(), l,
+                                                                                stream};
     ds.set_masks(masks_for<bitmap_mask>(l, 0.0, 1));
     array<float> g(grads(l.total_size(), 1));
     ds.allreduce(g.data(), g.size(), stream);
@@ -307,7 +307,8 @@ struct sync_checks {
   // Bad input is refused on every rank before anything is queued, and changes nothing.
   void bad_input() const {
     const auto l = small_layout();
-    pactrain::sync<bitmap_mask, Compactor, comm_type> ds{make_comm(), l, stream};
+    pactrain::sync<comm_type, identity_codec<float>, bitmap_mask, Compactor> ds{make_comm(), l,
+                                                                                stream};
     const auto masks = masks_for<bitmap_mask>(l, 0.5, 5);
     ds.set_masks(masks);
     const auto g0 = grads(l.total_size(), 2);
@@ -367,8 +368,8 @@ struct sync_checks {
     }
     SUBCASE("three-phase step") { three_phase(); }
     SUBCASE("separate buffers") { separate_buffers(); }
-    SUBCASE("ternary") { ternary<no_feedback>(0); }
-    SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback>(64); }
+    SUBCASE("ternary") { ternary<ternary_codec>(0); }
+    SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback<ternary_codec>>(64); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }
   }

@@ -98,7 +98,7 @@ TEST_CASE("steps on alternating streams stay ordered; the engine may outlive the
   std::vector<device_array<float>> g;
   for (int k = 0; k < 6; ++k) g.emplace_back(test::values<float>(l.total_size(), 30 + k));
   {
-    pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator> ds{nccl_communicator{nccl()}, l};
+    pactrain::sync<nccl_communicator> ds{nccl_communicator{nccl()}, l};
     ds.set_masks(masks);
     cudaStream_t s[2];
     for (auto& x : s) PACTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
@@ -125,7 +125,7 @@ TEST_CASE("steps on alternating streams stay ordered; the engine may outlive the
 
 TEST_CASE("host memory is refused before anything is queued") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator> ds{nccl_communicator{nccl()}, l};
+  pactrain::sync<nccl_communicator> ds{nccl_communicator{nccl()}, l};
   const auto g0 = test::values<float>(l.total_size(), 2);
   std::vector<float> host = g0;
   CHECK_THROWS_WITH_AS(ds.allreduce(std::span<float>(host)),

@@ -52,8 +52,7 @@ int run(int argc, char** argv) {
   const std::size_t buckets = layout.buckets().size();
   const std::size_t fault_bucket = buckets / 2;  // the victim fails before submitting it
 
-  using sync_t =
-      pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor, pactrain::mpi_communicator>;
+  using sync_t = pactrain::sync<pactrain::mpi_communicator>;
   sync_t sync{pactrain::mpi_communicator{MPI_COMM_WORLD}, layout};
   std::vector<pactrain::bitmap_mask> masks;  // every other entry
   for (const auto& t : layout.tensors()) {

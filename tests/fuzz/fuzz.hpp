@@ -190,15 +190,11 @@ inline std::vector<bitmap_mask> fixed_masks(const param_layout& l) {
 
 /// Ternary with error feedback and the previous step's scales: a state with a step, residuals
 /// and scales. The first bucket sparse, the rest dense.
-using state_engine = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator,
-                                    ternary_codec, error_feedback>;
+using state_engine = pactrain::sync<loopback_communicator, error_feedback<ternary_codec>>;
 
 inline state_engine make_state_engine(std::vector<bitmap_mask> masks, std::uint64_t steps) {
   const auto l = fixed_layout();
-  state_engine e{loopback_communicator{},
-                 l,
-                 {},
-                 {},
+  state_engine e{loopback_communicator{}, l,
                  ternary_codec{{.seed = 7, .scale = scale_source::previous_max}}};
   e.set_masks(std::move(masks));
   std::vector<bucket_strategy> st(l.buckets().size(), bucket_strategy::dense);
@@ -212,7 +208,7 @@ inline state_engine make_state_engine(std::vector<bitmap_mask> masks, std::uint6
 }
 
 /// A plain engine and a gradual magnitude pruner of its weight matrix.
-using checkpoint_engine = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator>;
+using checkpoint_engine = pactrain::sync<loopback_communicator>;
 using checkpoint_pruner = pruner<magnitude_pruning, gradual_schedule>;
 
 inline checkpoint_pruner make_pruner() {

@@ -35,8 +35,7 @@ TEST_CASE("calibrate gives every rank the same model") {
 
   param_layout l(4000);
   l.add("w1", 60, 60).add("b1", 60).add("w2", 10, 60).add("b2", 10);
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 5));
   const auto p = choose_strategies(m, comm.size(), bucket_shapes(s), {.min_sparse_entries = 0});
   CHECK_NOTHROW(s.set_strategies(p.strategies));  // collective: checked across ranks

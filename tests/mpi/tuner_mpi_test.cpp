@@ -18,8 +18,7 @@ using namespace pactrain;
 TEST_CASE("strategy_tuner keeps the same candidate on every rank, and every step is exact") {
   param_layout l(3000);
   l.add("w1", 60, 60).add("b1", 60).add("w2", 10, 60).add("b2", 10);
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   auto& comm = s.get_communicator();
   const auto masks = test::masks_for<bitmap_mask>(l, 0.3, 9);
   s.set_masks(masks);

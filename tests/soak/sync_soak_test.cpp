@@ -472,7 +472,8 @@ void run_episode(const episode_spec& e, codec_kind kind, typename Sync::codec_ty
   const int p = world_size();
   const std::size_t n = l.total_size();
   ternary_codec ternary;
-  if constexpr (std::is_same_v<typename Sync::codec_type, ternary_codec>) ternary = codec;
+  if constexpr (std::is_same_v<base_codec_t<typename Sync::codec_type>, ternary_codec>)
+    ternary = codec;
   model m(l, kind, ternary);
 
   const bucket_strategy first = all_strategies[rnd.below(4)];
@@ -572,8 +573,8 @@ void run_episode(const episode_spec& e, codec_kind kind, typename Sync::codec_ty
   }
 }
 
-template <class Mask, class Codec = identity_codec<float>, class Feedback = no_feedback>
-using engine = pactrain::sync<Mask, host_compactor, mpi_communicator, Codec, Feedback>;
+template <class Mask, class Codec = identity_codec<float>>
+using engine = pactrain::sync<mpi_communicator, Codec, Mask>;
 
 }  // namespace
 
@@ -596,16 +597,16 @@ TEST_CASE("soak: random steps of every engine configuration against independent 
       case 0: run_episode<engine<bitmap_mask>>(e, codec_kind::identity, {}, rnd, t); break;
       case 1: run_episode<engine<index_mask>>(e, codec_kind::identity, {}, rnd, t); break;
       case 2:
-        run_episode<engine<bitmap_mask, fp16_codec, error_feedback>>(e, codec_kind::fp16, {}, rnd,
+        run_episode<engine<bitmap_mask, error_feedback<fp16_codec>>>(e, codec_kind::fp16, {}, rnd,
                                                                      t);
         break;
       case 3:
       case 4:
-        run_episode<engine<bitmap_mask, ternary_codec, error_feedback>>(
+        run_episode<engine<bitmap_mask, error_feedback<ternary_codec>>>(
             e, codec_kind::ternary, source(e.engine - 3), rnd, t);
         break;
       default:
-        run_episode<engine<index_mask, ternary_codec, error_feedback>>(
+        run_episode<engine<index_mask, error_feedback<ternary_codec>>>(
             e, codec_kind::ternary, source(rnd.below(2)), rnd, t);
         break;
     }

@@ -37,7 +37,7 @@ using test::error_of;
 using test::world_rank;
 using test::world_size;
 
-using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
+using sync_t = pactrain::sync<mpi_communicator>;
 
 struct net_impl : torch::nn::Module {
   net_impl()
@@ -73,8 +73,19 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 
 // A sync engine that records which buckets are submitted, and when.
 struct recording_sync {
+  using value_type = sync_t::value_type;
+  using mask_type = sync_t::mask_type;
+  using communicator_type = sync_t::communicator_type;
   explicit recording_sync(sync_t& s) : inner(s) {}
   const param_layout& layout() const { return inner.layout(); }
+  const std::vector<mask_type>& masks() const { return inner.masks(); }
+  const std::vector<bucket_strategy>& strategies() const { return inner.strategies(); }
+  void set_masks(std::vector<mask_type> m) { inner.set_masks(std::move(m)); }
+  void set_strategies(std::vector<bucket_strategy> st) { inner.set_strategies(std::move(st)); }
+  [[noreturn]] void reject_masks(std::string r) { inner.reject_masks(std::move(r)); }
+  communicator_type& get_communicator() { return inner.get_communicator(); }
+  const sync_stats& stats() const { return inner.stats(); }
+  std::uint64_t step() const { return inner.step(); }
   bool step_open() const { return inner.step_open(); }
   void begin_step(std::span<float> g) {
     submitted.clear();

@@ -53,7 +53,7 @@ void check_mask(const Mask& mask, std::uint64_t seed) {
           CAPTURE(to_string(f));
           CAPTURE(scale);
           CAPTURE(stream);
-          const host_compactor c({.isa = isa, .format = f, .stream_min_bytes = stream});
+          const host_compactor c({.isa = isa, .format = f, .nontemporal_min_bytes = stream});
           const auto plan = c.make_plan(mask);
           CHECK(plan.size() == n);
           CHECK(plan.count() == mask.count());

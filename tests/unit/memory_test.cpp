@@ -2,7 +2,7 @@
 // impossible size refused.
 #include <doctest/doctest.h>
 
-#include <pactrain/memory.hpp>
+#include <pactrain/huge_pages.hpp>
 
 #include <cstddef>
 #include <cstdint>

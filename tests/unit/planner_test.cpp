@@ -103,7 +103,7 @@ TEST_CASE("calibration on one rank, and a plan applied to a sync engine") {
 
   param_layout l(5000);
   l.add("big", 100, 100).add("small", 50).add("empty", 0);
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{comm, l};
+  pactrain::sync<loopback_communicator> s{comm, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
   const auto shapes = bucket_shapes(s);
   REQUIRE(shapes.size() == l.buckets().size());
@@ -177,7 +177,7 @@ TEST_CASE("calibration with a codec, and shapes of a codec engine") {
 
   param_layout l(5000);
   l.add("big", 100, 100).add("small", 50);
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec> s{comm, l};
+  pactrain::sync<loopback_communicator, ternary_codec> s{comm, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
   const auto shapes = bucket_shapes(s);
   REQUIRE(shapes.size() == 2);
@@ -290,20 +290,4 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(candidate_strategies(m, 4, b, {.keep_within = 0.5}),
                        doctest::Contains("keep_within"), pactrain::error);
   CHECK(candidate_strategies(m, 4, std::vector<bucket_shape>{}).size() == 1);
-}
-
-TEST_CASE("the names of 0.1 still compile and give the same choices") {
-  const std::vector<bucket_shape> b{{1 << 20, 1 << 17}, {1000, 100}};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  const bucket_plan old = plan_buckets(slow_link(), 4, b, plan_options{});
-  const auto old_priced = predict_plan(slow_link(), 4, b, old.strategies);
-  const auto old_candidates = candidate_plans(slow_link(), 4, b);
-#pragma GCC diagnostic pop
-  const strategy_choice now = choose_strategies(slow_link(), 4, b, choice_options{});
-  CHECK(now.strategies[0] == bucket_strategy::sparse);
-  CHECK(old.strategies == now.strategies);
-  CHECK(old.predicted_seconds == now.predicted_seconds);
-  CHECK(old_priced.predicted_seconds == now.predicted_seconds);
-  CHECK(old_candidates.size() == candidate_strategies(slow_link(), 4, b).size());
 }

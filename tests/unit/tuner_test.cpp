@@ -60,7 +60,7 @@ TEST_CASE("strategy_tuner drives an engine through its candidates and keeps one"
   loopback_communicator comm;
   param_layout l(5000);
   l.add("big", 100, 100).add("small", 50);
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> s{comm, l};
+  pactrain::sync<loopback_communicator, fp16_codec> s{comm, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.1, 3));
   using bs = bucket_strategy;
   const std::vector<std::vector<bs>> cands = {{bs::sparse_plain, bs::dense_plain},

@@ -11,7 +11,7 @@
 
 #include "fmnist/trainer.hpp"
 
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include <mpi.h>
 

@@ -18,7 +18,8 @@
 #pragma once
 
 #include <pactrain/communicator.hpp>
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/concepts.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/mpi.hpp>
 
@@ -143,5 +144,17 @@ class mpi_cuda_communicator {
 };
 
 static_assert(communicator<mpi_cuda_communicator>);
+
+template <class Exec>
+class basic_device_compactor;
+namespace detail {
+struct cuda_exec;
+}  // namespace detail
+
+/// sync<mpi_cuda_communicator> syncs CUDA device memory: cuda_compactor (<pactrain/cuda/sync.cuh>).
+template <>
+struct default_compactor<mpi_cuda_communicator> {
+  using type = basic_device_compactor<detail::cuda_exec>;
+};
 
 }  // namespace pactrain

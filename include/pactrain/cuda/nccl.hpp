@@ -17,7 +17,8 @@
 #pragma once
 
 #include <pactrain/communicator.hpp>
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/concepts.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/half.hpp>
 
@@ -272,5 +273,17 @@ class nccl_communicator {
 };
 
 static_assert(communicator<nccl_communicator>);
+
+template <class Exec>
+class basic_device_compactor;
+namespace detail {
+struct cuda_exec;
+}  // namespace detail
+
+/// sync<nccl_communicator> syncs CUDA device memory: cuda_compactor (<pactrain/cuda/sync.cuh>).
+template <>
+struct default_compactor<nccl_communicator> {
+  using type = basic_device_compactor<detail::cuda_exec>;
+};
 
 }  // namespace pactrain

@@ -1,11 +1,13 @@
 // pactrain::sync on device buffers: the same engine, specialised for cuda_compactor.
 //
 //   ncclComm_t nccl = ...;                         // the user's, one rank per GPU
-//   using sync_t = pactrain::sync<pactrain::bitmap_mask, pactrain::cuda_compactor,
-//                                 pactrain::nccl_communicator>;
-//   sync_t sync{pactrain::nccl_communicator{nccl, stream}, layout};  // collective
-//   sync.set_masks(masks);                         // collective; checked across ranks
-//   sync.allreduce_async(device_grads, stream);    // queued on stream; averaged, +0 pruned
+//   pactrain::sync s{pactrain::nccl_communicator{nccl, stream}, layout, stream};  // collective
+//   s.set_masks(masks);                            // collective; checked across ranks
+//   s.allreduce_async(device_grads, stream);       // queued on stream; averaged, +0 pruned
+//
+// sync<nccl_communicator> and sync<mpi_cuda_communicator> take cuda_compactor by default
+// (default_compactor, beside each communicator); sync<Comm, Codec, Mask, thrust_compactor>
+// runs the same engine on Thrust.
 //
 // Per step and bucket, all queued on the caller's stream and never synchronised:
 // gather the kept entries (sparse) into the payload, allreduce (SUM) the payloads or the whole
@@ -55,5 +57,15 @@ concept stream_ordered_communicator = communicator<C> &&
     requires(C& c, std::span<T> d, cudaStream_t s) {
   c.allreduce_async(d, reduce_op::sum, s);
 };
+
+/// sync{comm, layout, stream}, sync{comm, layout, options, stream} and
+/// sync{comm, layout, codec, options, stream}: the engine on the communicator's default
+/// compactor, its buffers on `stream`.
+template <communicator Comm>
+sync(Comm, param_layout, cudaStream_t) -> sync<Comm>;
+template <communicator Comm>
+sync(Comm, param_layout, sync_options, cudaStream_t) -> sync<Comm>;
+template <communicator Comm, gradient_codec Codec>
+sync(Comm, param_layout, Codec, sync_options, cudaStream_t) -> sync<Comm, Codec>;
 
 }  // namespace pactrain

@@ -12,7 +12,7 @@
 // are allocated with cudaMalloc (not stream-ordered) and work is queued on the given stream.
 // This is the slower, simpler path: use cuda_compactor on a GPU.
 //
-// The device sync engine runs over it too: sync<Mask, thrust_compactor, Comm[, Codec]>, with
+// The device sync engine runs over it too: sync<Comm, Codec, Mask, thrust_compactor>, with
 // a stream-ordered communicator on CUDA, and with any host communicator (mpi_communicator,
 // loopback_communicator) on the CPU systems, where device memory is host memory.
 #pragma once
@@ -39,7 +39,7 @@
 #include <thrust/scan.h>
 
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 
 #include <cuda/stream_ref>
 #endif

@@ -32,8 +32,8 @@
 #endif
 
 // Hot loops with run-time trip counts: GCC 12 at -O2 (the cheap vectoriser cost model)
-// leaves them scalar, 4-6x slower than at -O3. This asks for the -O3 model in those functions
-// only, so that a user's -O2 build gets the same kernels. Clang vectorises them at -O2.
+// leaves them scalar, several times slower than at -O3. This asks for the -O3 model in those
+// functions only, so that a user's -O2 build gets the same kernels. Clang vectorises them at -O2.
 #if defined(__GNUC__) && !defined(__clang__)
 #define PACTRAIN_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else

@@ -35,11 +35,11 @@ inline std::size_t gather_word(std::uint64_t w, const T* in, T* out) noexcept {
 /// fill, then one store per set bit: no data-dependent branch per entry.
 template <class T>
 inline std::size_t scatter_word(std::uint64_t w, std::size_t len, const T* p, T* out,
-                                T scale) noexcept {
+                                T factor) noexcept {
   for (std::size_t j = 0; j < len; ++j) out[j] = T(0);
   std::size_t k = 0;
   while (w != 0) {
-    out[std::countr_zero(w)] = p[k++] * scale;
+    out[std::countr_zero(w)] = p[k++] * factor;
     w &= w - 1;
   }
   return k;
@@ -63,7 +63,7 @@ inline std::size_t gather_words_portable(const std::uint64_t* words, std::size_t
 
 template <class T>
 inline std::size_t scatter_words_portable(const std::uint64_t* words, std::size_t nwords,
-                                          const T* p, T* out, T scale,
+                                          const T* p, T* out, T factor,
                                           std::size_t /*count*/) noexcept {
   std::size_t k = 0;
   for (std::size_t wi = 0; wi < nwords; ++wi, out += 64) {
@@ -71,10 +71,10 @@ inline std::size_t scatter_words_portable(const std::uint64_t* words, std::size_
     if (w == 0) {
       for (std::size_t j = 0; j < 64; ++j) out[j] = T(0);
     } else if (w == ~0ULL) {
-      for (std::size_t j = 0; j < 64; ++j) out[j] = p[k + j] * scale;
+      for (std::size_t j = 0; j < 64; ++j) out[j] = p[k + j] * factor;
       k += 64;
     } else {
-      k += scatter_word(w, 64, p + k, out, scale);
+      k += scatter_word(w, 64, p + k, out, factor);
     }
   }
   return k;

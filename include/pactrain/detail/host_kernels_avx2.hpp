@@ -119,7 +119,7 @@ struct avx2_ops<float> {
   PACTRAIN_TARGET_AVX2 static void store(float* p, __m256i m, vec v) noexcept {
     _mm256_maskstore_ps(p, m, v);
   }
-  PACTRAIN_TARGET_AVX2 static void stream(float* p, vec v) noexcept {
+  PACTRAIN_TARGET_AVX2 static void store_nontemporal(float* p, vec v) noexcept {
     _mm_stream_ps(p, _mm256_castps256_ps128(v));
     _mm_stream_ps(p + 4, _mm256_extractf128_ps(v, 1));
   }
@@ -159,15 +159,15 @@ struct avx2_ops<double> {
   PACTRAIN_TARGET_AVX2 static void store(double* p, __m256i m, vec v) noexcept {
     _mm256_maskstore_pd(p, m, v);
   }
-  PACTRAIN_TARGET_AVX2 static void stream(double* p, vec v) noexcept {
+  PACTRAIN_TARGET_AVX2 static void store_nontemporal(double* p, vec v) noexcept {
     _mm_stream_pd(p, _mm256_castpd256_pd128(v));
     _mm_stream_pd(p + 2, _mm256_extractf128_pd(v, 1));
   }
 };
 
 // Within a word every group of lanes takes the same path. A branch on empty groups
-// mispredicts most near 10% density, where 43% of the 8-bit groups are zero: it made the float
-// scatter 1.8x slower there.
+// mispredicts most near 10% density, where 43% of the 8-bit groups are zero, and made the
+// float scatter markedly slower there (bench/results/measurements.md).
 template <class T>
 PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* words,
                                                           std::size_t nwords, const T* in, T* out,
@@ -200,20 +200,20 @@ PACTRAIN_TARGET_AVX2 inline std::size_t gather_words_avx2(const std::uint64_t* w
   return k;
 }
 
-// Stream: non-temporal stores (out must be 16-byte aligned). They skip reading the lines they
-// overwrite and bypass the caches: for outputs larger than the caches they write 100 MB of
-// zeros in 2.0 ms against 5.5 ms for plain stores on the project's 2-core EPYC machine.
-template <bool Stream, class T>
+// NonTemporal: non-temporal stores (out must be 16-byte aligned). They skip reading the lines they
+// overwrite and bypass the caches: faster for outputs larger than the caches (figures in
+// bench/results/measurements.md, "Figures quoted by the code").
+template <bool NonTemporal, class T>
 PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2_impl(const std::uint64_t* words,
                                                                 std::size_t nwords, const T* p,
-                                                                T* out, T scale,
+                                                                T* out, T factor,
                                                                 std::size_t count) noexcept {
   using V = avx2_ops<T>;
   constexpr unsigned lanes = V::lanes;
   constexpr unsigned group = (1U << lanes) - 1U;
   const __m256i lane_id = V::lane_id();
   const __m256i lane_bit = V::lane_bit();
-  const typename V::vec s = V::set1(scale);
+  const typename V::vec s = V::set1(factor);
   std::size_t k = 0;
   for (std::size_t wi = 0; wi < nwords; ++wi, out += 64) {
     const std::uint64_t w = words[wi];
@@ -225,26 +225,26 @@ PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2_impl(const std::uint6
       typename V::vec v =
           whole || k + lanes <= count ? V::load(p + k) : V::load(p + k, V::first(pop, lane_id));
       v = V::keep(V::mul(V::permute(v, V::expand_index(bits)), s), V::selected(bits, lane_bit));
-      if constexpr (Stream) {
-        V::stream(out + lanes * j, v);
+      if constexpr (NonTemporal) {
+        V::store_nontemporal(out + lanes * j, v);
       } else {
         V::store(out + lanes * j, v);
       }
       k += pop;
     }
   }
-  if constexpr (Stream) _mm_sfence();  // order the streamed lines before later stores
+  if constexpr (NonTemporal) _mm_sfence();  // order the non-temporal lines before later stores
   return k;
 }
 
-/// The AVX2 scatter of float or double; `stream`: non-temporal stores, out 16-byte aligned.
+/// The AVX2 scatter of float or double; `nontemporal`: non-temporal stores, out 16-byte aligned.
 template <class T>
 PACTRAIN_TARGET_AVX2 inline std::size_t scatter_words_avx2(const std::uint64_t* words,
                                                            std::size_t nwords, const T* p, T* out,
-                                                           T scale, std::size_t count,
-                                                           bool stream) noexcept {
-  return stream ? scatter_words_avx2_impl<true>(words, nwords, p, out, scale, count)
-                : scatter_words_avx2_impl<false>(words, nwords, p, out, scale, count);
+                                                           T factor, std::size_t count,
+                                                           bool nontemporal) noexcept {
+  return nontemporal ? scatter_words_avx2_impl<true>(words, nwords, p, out, factor, count)
+                     : scatter_words_avx2_impl<false>(words, nwords, p, out, factor, count);
 }
 
 }  // namespace pactrain::detail

@@ -43,7 +43,9 @@ struct avx512_ops<float> {
   PACTRAIN_TARGET_AVX512 static void store(float* p, mask m, vec v) noexcept {
     _mm512_mask_storeu_ps(p, m, v);
   }
-  PACTRAIN_TARGET_AVX512 static void stream(float* p, vec v) noexcept { _mm512_stream_ps(p, v); }
+  PACTRAIN_TARGET_AVX512 static void store_nontemporal(float* p, vec v) noexcept {
+    _mm512_stream_ps(p, v);
+  }
 };
 
 template <>
@@ -66,7 +68,9 @@ struct avx512_ops<double> {
   PACTRAIN_TARGET_AVX512 static void store(double* p, mask m, vec v) noexcept {
     _mm512_mask_storeu_pd(p, m, v);
   }
-  PACTRAIN_TARGET_AVX512 static void stream(double* p, vec v) noexcept { _mm512_stream_pd(p, v); }
+  PACTRAIN_TARGET_AVX512 static void store_nontemporal(double* p, vec v) noexcept {
+    _mm512_stream_pd(p, v);
+  }
 };
 
 template <class T>
@@ -98,17 +102,17 @@ PACTRAIN_TARGET_AVX512 inline std::size_t gather_words_avx512(const std::uint64_
 
 // The scatter loads the next 16 (8) payload entries whole while that many remain, and expands
 // them in registers: the memory form of vexpandps is microcoded on some cores (AMD Zen 4),
-// where it made this scatter slower than the AVX2 one. Stream: non-temporal stores, as the
+// where it made this scatter slower than the AVX2 one. NonTemporal: non-temporal stores, as the
 // AVX2 scatter (out 64-byte aligned).
-template <bool Stream, class T>
+template <bool NonTemporal, class T>
 PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512_impl(const std::uint64_t* words,
                                                                     std::size_t nwords, const T* p,
-                                                                    T* out, T scale,
+                                                                    T* out, T factor,
                                                                     std::size_t count) noexcept {
   using V = avx512_ops<T>;
   using mask = typename V::mask;
   constexpr unsigned lanes = V::lanes;
-  const typename V::vec s = V::set1(scale);
+  const typename V::vec s = V::set1(factor);
   std::size_t k = 0;
   for (std::size_t wi = 0; wi < nwords; ++wi, out += 64) {
     const std::uint64_t w = words[wi];
@@ -118,26 +122,26 @@ PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512_impl(const std::u
       const typename V::vec in =
           k + lanes <= count ? V::load(p + k) : V::load(static_cast<mask>((1U << pop) - 1U), p + k);
       const typename V::vec v = V::expand_mul(m, in, s);
-      if constexpr (Stream) {
-        V::stream(out + lanes * j, v);
+      if constexpr (NonTemporal) {
+        V::store_nontemporal(out + lanes * j, v);
       } else {
         V::store(out + lanes * j, v);
       }
       k += pop;
     }
   }
-  if constexpr (Stream) _mm_sfence();  // order the streamed lines before later stores
+  if constexpr (NonTemporal) _mm_sfence();  // order the non-temporal lines before later stores
   return k;
 }
 
-/// The AVX-512 scatter of float or double; `stream`: non-temporal stores, out 64-byte aligned.
+/// The AVX-512 scatter of float or double; `nontemporal`: non-temporal stores, out 64-byte aligned.
 template <class T>
 PACTRAIN_TARGET_AVX512 inline std::size_t scatter_words_avx512(const std::uint64_t* words,
                                                                std::size_t nwords, const T* p,
-                                                               T* out, T scale, std::size_t count,
-                                                               bool stream) noexcept {
-  return stream ? scatter_words_avx512_impl<true>(words, nwords, p, out, scale, count)
-                : scatter_words_avx512_impl<false>(words, nwords, p, out, scale, count);
+                                                               T* out, T factor, std::size_t count,
+                                                               bool nontemporal) noexcept {
+  return nontemporal ? scatter_words_avx512_impl<true>(words, nwords, p, out, factor, count)
+                     : scatter_words_avx512_impl<false>(words, nwords, p, out, factor, count);
 }
 
 }  // namespace pactrain::detail

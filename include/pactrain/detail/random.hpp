@@ -1,4 +1,4 @@
-// The integer mixers behind every counter-based random stream of the project: the library's
+// The integer mixers behind every counter-based random sequence of the project: the library's
 // stochastic rounding, and the seeded data of tests, benchmarks and examples.
 #pragma once
 
@@ -21,7 +21,8 @@ inline constexpr std::uint64_t splitmix64(std::uint64_t z) noexcept {
 }
 
 /// A 32-bit mixer with low bias (Wellons' lowbias32); cheap enough to vectorise per entry.
-PACTRAIN_ALWAYS_INLINE PACTRAIN_HOST_DEVICE constexpr std::uint32_t lowbias32(std::uint32_t x) noexcept {
+PACTRAIN_ALWAYS_INLINE PACTRAIN_HOST_DEVICE constexpr std::uint32_t lowbias32(
+    std::uint32_t x) noexcept {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;

@@ -177,8 +177,7 @@ template <class K>
 void check_cast_codec(int limit) {
   for (std::size_t capacity : {std::size_t{2000}, std::size_t{1}}) {
     const auto l = test_layout(capacity);
-    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, K> s{
-        mpi_communicator{MPI_COMM_WORLD}, l};
+    pactrain::sync<mpi_communicator, K> s{mpi_communicator{MPI_COMM_WORLD}, l};
     for (double d : test::densities) {
       CAPTURE(d);
       const auto masks = test::masks_for<bitmap_mask>(l, d, 100);
@@ -259,10 +258,10 @@ TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for b
         CAPTURE(feedback);
         CAPTURE(to_string(source));
         const ternary_codec codec{{.seed = 77, .scale = source, .scale_block = block}};
-        pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> plain{
-            mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
-        pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>
-            fb{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+        pactrain::sync<mpi_communicator, ternary_codec> plain{mpi_communicator{MPI_COMM_WORLD}, l,
+                                                              codec};
+        pactrain::sync<mpi_communicator, error_feedback<ternary_codec>> fb{
+            mpi_communicator{MPI_COMM_WORLD}, l, codec};
         for (double d : {0.0, 0.1, 1.0}) {
           CAPTURE(d);
           const auto masks = test::masks_for<bitmap_mask>(l, d, 200);
@@ -305,8 +304,7 @@ TEST_CASE("ternary sync equals the lane sums of every rank's encoding, bit for b
 TEST_CASE("ternary bytes on the wire: about 1/8 of fp32 at 4 ranks") {
   param_layout l(1 << 20);
   l.add("w", 1000, 1000);
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec> s{
-      mpi_communicator{MPI_COMM_WORLD}, l};
+  pactrain::sync<mpi_communicator, ternary_codec> s{mpi_communicator{MPI_COMM_WORLD}, l};
   s.set_masks({test::random_mask(l.total_size(), 0.1, 3)});
   auto g = test::values<float>(l.total_size(), 1, world_rank());
   s.allreduce(std::span<float>(g));
@@ -320,18 +318,15 @@ TEST_CASE("ternary bytes on the wire: about 1/8 of fp32 at 4 ranks") {
 TEST_CASE("codec settings that differ across ranks are rejected on every rank") {
   if (world_size() < 2) return;
   const auto l = test_layout(2000);
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec>;
+  using sync_t = pactrain::sync<mpi_communicator, ternary_codec>;
   const std::string msg = error_of([&] {
-    sync_t s{mpi_communicator{MPI_COMM_WORLD},
-             l,
-             {},
-             {},
+    sync_t s{mpi_communicator{MPI_COMM_WORLD}, l,
              ternary_codec{{.seed = world_rank() == 1 ? 2u : 1u}}};
   });
   CHECK(msg.find("codec settings differ across ranks") != std::string::npos);
   // A configuration that could carry is refused on every rank with the same message.
   const std::string carry = error_of([&] {
-    sync_t s{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, ternary_codec{{.lane_bits = 2}}};
+    sync_t s{mpi_communicator{MPI_COMM_WORLD}, l, ternary_codec{{.lane_bits = 2}}};
   });
   CHECK(carry.find("would carry") != std::string::npos);
 }
@@ -344,8 +339,8 @@ TEST_CASE("a codec engine mixes plain and coded buckets, each exact against its 
   for (auto source : {scale_source::current_max, scale_source::previous_max}) {
     CAPTURE(to_string(source));
     const ternary_codec codec{{.seed = 5, .scale = source}};
-    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback> s{
-        mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+    pactrain::sync<mpi_communicator, error_feedback<ternary_codec>> s{
+        mpi_communicator{MPI_COMM_WORLD}, l, codec};
     for (double d : {0.0, 0.3, 1.0}) {
       CAPTURE(d);
       for (std::size_t shift = 0; shift < 4; ++shift) {
@@ -379,13 +374,13 @@ TEST_CASE("a codec engine mixes plain and coded buckets, each exact against its 
 
 // The three-phase step against allreduce(): buckets handed over one by one, in reverse order
 // (as backward produces them), some left for finish_step, give the same bits.
-template <class Codec, class Feedback>
+template <class Codec>
 void check_submission_orders(Codec codec) {
   const auto l = test_layout(700);
   const std::size_t nb = l.buckets().size();
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, Codec, Feedback>;
-  sync_t whole{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
-  sync_t parts{mpi_communicator{MPI_COMM_WORLD}, l, {}, {}, codec};
+  using sync_t = pactrain::sync<mpi_communicator, Codec>;
+  sync_t whole{mpi_communicator{MPI_COMM_WORLD}, l, codec};
+  sync_t parts{mpi_communicator{MPI_COMM_WORLD}, l, codec};
   for (double d : {0.0, 0.2, 1.0}) {
     CAPTURE(d);
     const auto masks = test::masks_for<bitmap_mask>(l, d, 400);
@@ -417,11 +412,11 @@ void check_submission_orders(Codec codec) {
 }
 
 TEST_CASE("buckets submitted one by one give the bits of allreduce") {
-  check_submission_orders<identity_codec<float>, no_feedback>({});
-  check_submission_orders<fp16_codec, no_feedback>({});
+  check_submission_orders<identity_codec<float>>({});
+  check_submission_orders<fp16_codec>({});
   for (auto source : {scale_source::current_max, scale_source::previous_max}) {
     CAPTURE(to_string(source));
-    check_submission_orders<ternary_codec, error_feedback>(
+    check_submission_orders<error_feedback<ternary_codec>>(
         ternary_codec{{.seed = 8, .scale = source}});
   }
 }

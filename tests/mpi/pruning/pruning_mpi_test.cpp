@@ -4,7 +4,7 @@
 
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include "common/mpi_helpers.hpp"
 #include "common/test_data.hpp"
@@ -29,7 +29,7 @@ param_layout model() {
   return l;
 }
 
-using mpi_sync = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
+using mpi_sync = pactrain::sync<mpi_communicator>;
 
 // Masks equal on every rank?
 bool same_everywhere(const std::vector<bitmap_mask>& masks) {

@@ -226,13 +226,13 @@ constexpr int counted_steps = 3;
 
 // Every strategy set and every way of driving a step: after the warm-up, each counted step
 // must allocate nothing.
-template <class Mask, class Codec, class Feedback>
+template <class Mask, class Codec>
 void check_steady_state(const char* config, Codec codec = {}, sync_options opt = {}) {
   const auto l = sixteen_buckets();
   REQUIRE(l.buckets().size() == bucket_count);
   REQUIRE(l.tensor_count() == std::size(tensor_densities));
-  pactrain::sync<Mask, host_compactor, mpi_communicator, Codec, Feedback> s{
-      mpi_communicator{MPI_COMM_WORLD}, l, std::move(codec), opt};
+  pactrain::sync<mpi_communicator, Codec, Mask> s{mpi_communicator{MPI_COMM_WORLD}, l,
+                                                  std::move(codec), opt};
   s.set_masks(mixed_masks<Mask>(l));
   gradients g(l);
   std::uint64_t seed = 1;
@@ -320,17 +320,16 @@ TEST_CASE("a collective keeps the requests of two chunks inline; more chunks go 
 }
 
 TEST_CASE_TEMPLATE("steady-state steps allocate nothing", Mask, bitmap_mask, index_mask) {
-  check_steady_state<Mask, identity_codec<float>, no_feedback>("identity");
-  check_steady_state<Mask, fp16_codec, no_feedback>("fp16");
-  check_steady_state<Mask, fp16_codec, error_feedback>("fp16 + error_feedback");
-  check_steady_state<Mask, ternary_codec, no_feedback>("ternary", ternary_codec{{.seed = 3}});
-  check_steady_state<Mask, ternary_codec, error_feedback>("ternary + error_feedback",
+  check_steady_state<Mask, identity_codec<float>>("identity");
+  check_steady_state<Mask, fp16_codec>("fp16");
+  check_steady_state<Mask, error_feedback<fp16_codec>>("fp16 + error_feedback");
+  check_steady_state<Mask, ternary_codec>("ternary", ternary_codec{{.seed = 3}});
+  check_steady_state<Mask, error_feedback<ternary_codec>>("ternary + error_feedback",
                                                           ternary_codec{{.seed = 3}});
-  check_steady_state<Mask, ternary_codec, error_feedback>(
+  check_steady_state<Mask, error_feedback<ternary_codec>>(
       "ternary previous_max + error_feedback",
       ternary_codec{{.seed = 3, .scale = scale_source::previous_max}});
-  check_steady_state<Mask, identity_codec<float>, no_feedback>("identity, checked steps", {},
-                                                               {.checked = true});
-  check_steady_state<Mask, ternary_codec, error_feedback>(
+  check_steady_state<Mask, identity_codec<float>>("identity, checked steps", {}, {.checked = true});
+  check_steady_state<Mask, error_feedback<ternary_codec>>(
       "ternary + error_feedback, checked steps", ternary_codec{{.seed = 3}}, {.checked = true});
 }

@@ -29,9 +29,8 @@ using test::same_on_every_rank;
 using test::world_rank;
 using test::world_size;
 
-using plain_engine = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator>;
-using ternary_engine =
-    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>;
+using plain_engine = pactrain::sync<mpi_communicator>;
+using ternary_engine = pactrain::sync<mpi_communicator, error_feedback<ternary_codec>>;
 
 constexpr sync_options checked{.checked = true};
 

@@ -34,8 +34,8 @@ using test::world_size;
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
 
-template <class Codec, class Feedback = no_feedback>
-using engine_of = pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, Codec, Feedback>;
+template <class Codec>
+using engine_of = pactrain::sync<mpi_communicator, Codec>;
 
 constexpr bucket_strategy all_strategies[] = {bucket_strategy::sparse, bucket_strategy::dense,
                                               bucket_strategy::sparse_plain,
@@ -220,7 +220,7 @@ TEST_CASE("identity: an Inf or NaN comes back at its entry on every rank, the st
 }
 
 TEST_CASE("fp16 with error feedback: an overflow poisons no residual") {
-  using E = engine_of<fp16_codec, error_feedback>;
+  using E = engine_of<error_feedback<fp16_codec>>;
   check_all<E>(maker<E>(), {1e5f, inf, qnan});
 }
 
@@ -230,7 +230,7 @@ TEST_CASE("fp16 without feedback: an overflow comes back as Inf") {
 }
 
 TEST_CASE("ternary with error feedback: Inf and NaN leave residuals and scales as they were") {
-  using E = engine_of<ternary_codec, error_feedback>;
+  using E = engine_of<error_feedback<ternary_codec>>;
   for (const auto s : {scale_source::current_max, scale_source::previous_max}) {
     CAPTURE(to_string(s));
     check_all<E>(maker<E>(ternary(s)), {inf, qnan});
@@ -251,7 +251,7 @@ TEST_CASE("ternary without feedback: a NaN is not hidden behind a finite result"
 TEST_CASE("ternary: the bad bucket comes back NaN at every kept entry, +0 at pruned ones") {
   const auto l = test::small_layout();
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 7);
-  using E = engine_of<ternary_codec, error_feedback>;
+  using E = engine_of<error_feedback<ternary_codec>>;
   for (const auto s : {scale_source::current_max, scale_source::previous_max}) {
     CAPTURE(to_string(s));
     E e{mpi_communicator{MPI_COMM_WORLD}, l, ternary(s)};
@@ -281,7 +281,7 @@ TEST_CASE("ternary: the bad bucket comes back NaN at every kept entry, +0 at pru
 
 TEST_CASE("a state saved by this version never holds Inf or NaN, and bytes that do are refused") {
   const auto l = test::small_layout();
-  using E = engine_of<ternary_codec, error_feedback>;
+  using E = engine_of<error_feedback<ternary_codec>>;
   E e{mpi_communicator{MPI_COMM_WORLD}, l, ternary(scale_source::previous_max)};
   auto g = gradient(l.total_size(), 0);
   e.allreduce(std::span<float>(g));

@@ -27,8 +27,7 @@ using test::same_bits;
 using test::world_rank;
 using test::world_size;
 
-using engine =
-    pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, ternary_codec, error_feedback>;
+using engine = pactrain::sync<mpi_communicator, error_feedback<ternary_codec>>;
 
 param_layout layout() {
   param_layout l(2500);
@@ -37,10 +36,7 @@ param_layout layout() {
 }
 
 engine make_engine(const param_layout& l, MPI_Comm comm = MPI_COMM_WORLD) {
-  engine e{mpi_communicator{comm},
-           l,
-           {},
-           {},
+  engine e{mpi_communicator{comm}, l,
            ternary_codec{{.seed = 12, .scale = scale_source::previous_max}}};
   e.set_masks(test::masks_for<bitmap_mask>(l, 0.25, 3));
   return e;

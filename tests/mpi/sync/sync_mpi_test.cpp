@@ -55,8 +55,7 @@ std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
 template <class Mask, class T>
 void check_exact(std::size_t capacity) {
   const auto l = test_layout(capacity);
-  pactrain::sync<Mask, host_compactor, mpi_communicator, identity_codec<T>> s{
-      mpi_communicator{MPI_COMM_WORLD}, l};
+  pactrain::sync<mpi_communicator, identity_codec<T>, Mask> s{mpi_communicator{MPI_COMM_WORLD}, l};
   for (double d : test::densities) {
     CAPTURE(d);
     const auto masks = test::masks_for<Mask>(l, d, 100);
@@ -112,8 +111,8 @@ struct pactrain::codec_traits<oversized_codec> {
 
 TEST_CASE("a commit whose buffers cannot be built on one rank changes nothing on any rank") {
   const auto l = test_layout();
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator, oversized_codec> s{
-      mpi_communicator{MPI_COMM_WORLD}, l, oversized_codec{}};
+  pactrain::sync<mpi_communicator, oversized_codec> s{mpi_communicator{MPI_COMM_WORLD}, l,
+                                                      oversized_codec{}};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 3);
   s.set_masks(masks);
   const auto strategies = s.strategies();
@@ -176,8 +175,7 @@ TEST_CASE_TEMPLATE("sparse sync equals a dense allreduce of the masked gradients
 
 TEST_CASE("masks updated every step stay exact") {
   const auto l = test_layout();
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   for (int step = 0; step < 5; ++step) {
     const auto masks = test::masks_for<bitmap_mask>(l, 0.1 + 0.2 * step, 1000 + step);
     s.set_masks(masks);
@@ -190,8 +188,7 @@ TEST_CASE("masks updated every step stay exact") {
 
 TEST_CASE("a mask that differs on one rank is caught on every rank, with the same message") {
   const auto l = test_layout();
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   const auto good = test::masks_for<bitmap_mask>(l, 0.5, 7);
   s.set_masks(good);
   auto masks = good;
@@ -225,8 +222,7 @@ TEST_CASE("mismatched layouts are rejected on every rank") {
   const bool odd = world_rank() % 2 == 1;
   auto make = [&](param_layout l) {
     return error_of([&] {
-      pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{
-          mpi_communicator{MPI_COMM_WORLD}, std::move(l)};
+      pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, std::move(l)};
     });
   };
   const bool many = world_size() > 1;
@@ -251,8 +247,7 @@ TEST_CASE("mismatched layouts are rejected on every rank") {
 
 TEST_CASE("strategies that differ across ranks are rejected") {
   const auto l = test_layout();
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   std::vector<bucket_strategy> st(l.buckets().size(), bucket_strategy::sparse);
   if (world_rank() == 0) st[0] = bucket_strategy::dense;
   const std::string msg = error_of([&] { s.set_strategies(st); });
@@ -263,8 +258,7 @@ TEST_CASE("strategies that differ across ranks are rejected") {
 
 TEST_CASE("bad input on one rank fails every rank without a hang") {
   const auto l = test_layout();
-  pactrain::sync<bitmap_mask, host_compactor, mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD},
-                                                                  l};
+  pactrain::sync<mpi_communicator> s{mpi_communicator{MPI_COMM_WORLD}, l};
   auto masks = test::masks_for<bitmap_mask>(l, 0.5, 3);
   s.set_masks(masks);
   const int culprit = world_size() - 1;

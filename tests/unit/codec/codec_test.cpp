@@ -275,10 +275,9 @@ TEST_CASE("ternary configurations whose lanes could carry are refused") {
   CHECK_NOTHROW(ternary_codec{{.lane_bits = 4}}.validate(7));
   CHECK_THROWS_AS(ternary_codec{{.lane_bits = 4}}.validate(8), error);
   // The engine refuses at construction (P = 1 needs 2-bit lanes).
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
+  using sync_t = pactrain::sync<loopback_communicator, ternary_codec>;
   CHECK_THROWS_WITH_AS(
-      (sync_t{
-          loopback_communicator{}, test::small_layout(), {}, {}, ternary_codec{{.lane_bits = 1}}}),
+      (sync_t{loopback_communicator{}, test::small_layout(), ternary_codec{{.lane_bits = 1}}}),
       doctest::Contains("would carry"), error);
 }
 
@@ -353,7 +352,7 @@ TEST_CASE("ternary random numbers depend on seed, rank, step, bucket and index o
 TEST_CASE_TEMPLATE("one rank: fp16 and bf16 syncs return the masked gradient", K, fp16_codec,
                    bf16_codec) {
   const auto l = test::small_layout();
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, K>;
+  using sync_t = pactrain::sync<loopback_communicator, K>;
   sync_t s{loopback_communicator{}, l};
   for (double d : test::densities) {
     CAPTURE(d);
@@ -378,15 +377,12 @@ TEST_CASE_TEMPLATE("one rank: fp16 and bf16 syncs return the masked gradient", K
 
 TEST_CASE("one rank: ternary sync sends t * s at kept entries and +0 elsewhere") {
   const auto l = test::small_layout();
-  using sync_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
+  using sync_t = pactrain::sync<loopback_communicator, ternary_codec>;
   // One scale per bucket (either source), and one per block of 16 codec inputs.
   for (const std::size_t block : {std::size_t{0}, std::size_t{16}}) {
     for (auto source : {scale_source::current_max, scale_source::previous_max}) {
       CAPTURE(block);
-      sync_t s{loopback_communicator{},
-               l,
-               {},
-               {},
+      sync_t s{loopback_communicator{}, l,
                ternary_codec{{.seed = 3, .scale = source, .scale_block = block}}};
       for (double d : test::densities) {
         CAPTURE(d);
@@ -537,13 +533,12 @@ TEST_CASE("error feedback shrinks the accumulated error of a repeated gradient")
     }
     return std::sqrt(e);
   };
-  using plain_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec>;
-  using fb_t = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec,
-                              error_feedback>;
+  using plain_t = pactrain::sync<loopback_communicator, ternary_codec>;
+  using fb_t = pactrain::sync<loopback_communicator, error_feedback<ternary_codec>>;
   for (auto source : {scale_source::current_max, scale_source::previous_max}) {
     const ternary_codec c{{.seed = 8, .scale = source}};
-    plain_t plain{loopback_communicator{}, l, {}, {}, c};
-    fb_t fb{loopback_communicator{}, l, {}, {}, c};
+    plain_t plain{loopback_communicator{}, l, c};
+    fb_t fb{loopback_communicator{}, l, c};
     const double e_plain = accumulated_error(plain);
     const double e_fb = accumulated_error(fb);
     CAPTURE(e_plain);
@@ -559,9 +554,8 @@ TEST_CASE("error feedback shrinks the accumulated error of a repeated gradient")
                       [](float r) { return r == 0.0f; }));
   }
   // fp16: a value half cannot hold, repeated; feedback carries the rounding error along.
-  using fp16_plain = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec>;
-  using fp16_fb = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec,
-                                 error_feedback>;
+  using fp16_plain = pactrain::sync<loopback_communicator, fp16_codec>;
+  using fp16_fb = pactrain::sync<loopback_communicator, error_feedback<fp16_codec>>;
   fp16_plain hp{loopback_communicator{}, l};
   fp16_fb hf{loopback_communicator{}, l};
   for (auto& v : g0) v = v * 1e-3f + 1e-7f;
@@ -575,9 +569,8 @@ TEST_CASE("error feedback shrinks the accumulated error of a repeated gradient")
 
 TEST_CASE("feedback and step counters of the identity codec") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, identity_codec<float>,
-                 error_feedback>
-      s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, error_feedback<identity_codec<float>>> s{
+      loopback_communicator{}, l};
   auto g = test::values<float>(l.total_size(), 1);
   const auto want = g;
   s.allreduce(std::span<float>(g));
@@ -608,10 +601,9 @@ TEST_CASE("codecs over tensors in separate buffers (the dense workspace path)") 
     for (auto& x : b) v.emplace_back(x);
     return v;
   };
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> h{
-      loopback_communicator{}, l};
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec, error_feedback>
-      t{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, fp16_codec> h{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, error_feedback<ternary_codec>> t{loopback_communicator{},
+                                                                         l};
   h.set_masks(masks);
   t.set_masks(masks);
   const auto want = test::masked(l, masks, flat);  // dyadic: representable in half

@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <pactrain/pactrain.hpp>
-#include <pactrain/pruning.hpp>
+#include <pactrain/pruning/pruner.hpp>
 
 #include "common/test_data.hpp"
 
@@ -47,7 +47,7 @@ std::vector<bool> bits(const Mask& m) {
   return v;
 }
 
-using loop_sync = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator>;
+using loop_sync = pactrain::sync<loopback_communicator>;
 
 }  // namespace
 
@@ -360,8 +360,8 @@ TEST_CASE("checkpoints resume with bit-identical masks; bad ones are rejected") 
 TEST_CASE("block policies drive block-mask engines") {
   param_layout l;
   l.add("w", 40, 50).add("b", 40);
-  pactrain::sync<block_mask<32>, host_compactor, loopback_communicator> s{loopback_communicator{},
-                                                                          l};
+  pactrain::sync<loopback_communicator, identity_codec<float>, block_mask<32>> s{
+      loopback_communicator{}, l};
   pruner pr{block_magnitude_pruning<32>{}, one_shot_schedule{.step = 0, .sparsity = 0.75},
             matrix_tensors(l)};
   auto w = test::values<float>(l.total_size(), 2);

@@ -16,8 +16,7 @@ using namespace pactrain;
 
 namespace {
 
-using ternary_fb = pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec,
-                                  error_feedback>;
+using ternary_fb = pactrain::sync<loopback_communicator, error_feedback<ternary_codec>>;
 
 param_layout state_layout() {
   param_layout l(3000);
@@ -43,7 +42,7 @@ TEST_CASE("a restored engine continues bit for bit; a fresh one does not") {
       CAPTURE(block);
       CAPTURE(to_string(source));
       const ternary_codec c{{.seed = 3, .scale = source, .scale_block = block}};
-      ternary_fb a{loopback_communicator{}, l, {}, {}, c};
+      ternary_fb a{loopback_communicator{}, l, c};
       a.set_masks(masks);
       std::vector<bs> st(l.buckets().size(), bs::sparse);
       st.back() = bs::dense;  // residuals of a dense bucket too
@@ -54,10 +53,10 @@ TEST_CASE("a restored engine continues bit for bit; a fresh one does not") {
       }
       const auto bytes = a.save_state();
 
-      ternary_fb b{loopback_communicator{}, l, {}, {}, c};
+      ternary_fb b{loopback_communicator{}, l, c};
       b.set_masks(masks);
       b.set_strategies(st);
-      ternary_fb fresh{loopback_communicator{}, l, {}, {}, c};
+      ternary_fb fresh{loopback_communicator{}, l, c};
       fresh.set_masks(masks);
       fresh.set_strategies(st);
       fresh.set_step(a.step());  // the step alone is not enough
@@ -77,10 +76,7 @@ TEST_CASE("a restored engine continues bit for bit; a fresh one does not") {
         CHECK_FALSE(same_bits(ga, gf));
       }
       // Another scale granularity does not fit the saved state.
-      ternary_fb other{loopback_communicator{},
-                       l,
-                       {},
-                       {},
+      ternary_fb other{loopback_communicator{}, l,
                        ternary_codec{{.seed = 3, .scale = source, .scale_block = block + 4}}};
       other.set_masks(masks);
       other.set_strategies(st);
@@ -94,7 +90,7 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
   const auto l = state_layout();
   const auto masks = test::masks_for<bitmap_mask>(l, 0.3, 6);
   const ternary_codec c{{.seed = 3, .scale = scale_source::previous_max}};
-  ternary_fb a{loopback_communicator{}, l, {}, {}, c};
+  ternary_fb a{loopback_communicator{}, l, c};
   a.set_masks(masks);
   for (std::uint64_t k = 0; k < 2; ++k) {
     auto g = gradient(l.total_size(), k);
@@ -103,7 +99,7 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
   const auto good = a.save_state();
   REQUIRE(good.size() == 64 + 4 * a.residuals().size() + 4 * l.buckets().size() + 8);
 
-  ternary_fb b{loopback_communicator{}, l, {}, {}, c};
+  ternary_fb b{loopback_communicator{}, l, c};
   b.set_masks(masks);
   {
     auto g = gradient(l.total_size(), 9);
@@ -140,14 +136,14 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
   refused(count, "does not match");
 
   // Bytes of another configuration: other masks, strategies, codec settings.
-  ternary_fb other{loopback_communicator{}, l, {}, {}, c};
+  ternary_fb other{loopback_communicator{}, l, c};
   other.set_masks(test::masks_for<bitmap_mask>(l, 0.3, 7));
   refused(other.save_state(), "saved with other masks");
-  ternary_fb dense{loopback_communicator{}, l, {}, {}, c};
+  ternary_fb dense{loopback_communicator{}, l, c};
   dense.set_masks(masks);
   dense.set_strategies(std::vector<bucket_strategy>(l.buckets().size(), bucket_strategy::dense));
   refused(dense.save_state(), "saved with other masks");
-  ternary_fb seed{loopback_communicator{}, l, {}, {}, ternary_codec{{.seed = 4}}};
+  ternary_fb seed{loopback_communicator{}, l, ternary_codec{{.seed = 4}}};
   seed.set_masks(masks);
   refused(seed.save_state(), "saved with other masks");
 
@@ -163,24 +159,21 @@ TEST_CASE("load_state refuses corrupt or unfitting bytes and changes nothing") {
 
 TEST_CASE("state of engines without feedback or codec: the step counter") {
   const auto l = state_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
   s.set_step(77);
   const auto bytes = s.save_state();
   CHECK(bytes.size() == 72);  // header and checksum: no residuals, no scales
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> t{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> t{loopback_communicator{}, l};
   t.load_state(bytes);
   CHECK(t.step() == 77);
   // fp16 without feedback: scales are kept (all zero), no residuals.
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> h{
-      loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, fp16_codec> h{loopback_communicator{}, l};
   h.set_step(5);
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, fp16_codec> h2{
-      loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, fp16_codec> h2{loopback_communicator{}, l};
   h2.load_state(h.save_state());
   CHECK(h2.step() == 5);
   // A float engine's state does not load into a double one.
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, identity_codec<double>> d{
-      loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, identity_codec<double>> d{loopback_communicator{}, l};
   CHECK_THROWS_WITH_AS(d.load_state(bytes), doctest::Contains("values of 4 bytes"), error);
   CHECK(d.step() == 0);
 }

@@ -12,7 +12,7 @@ using namespace pactrain;
 
 TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_mask, index_mask) {
   const auto l = test::small_layout();
-  using sync_t = pactrain::sync<Mask, host_compactor, loopback_communicator>;
+  using sync_t = pactrain::sync<loopback_communicator, identity_codec<float>, Mask>;
   sync_t s{loopback_communicator{}, l};
   CHECK(s.layout().buckets().size() == 3);
   for (double d : test::densities) {
@@ -41,8 +41,7 @@ TEST_CASE_TEMPLATE("one rank: the result is the masked gradient", Mask, bitmap_m
 TEST_CASE("double gradients through a block mask, tensors in separate buffers") {
   param_layout l(64);
   l.add("a", 100).add("b", 37).add("c", 64);
-  using sync_t =
-      pactrain::sync<block_mask<8>, host_compactor, loopback_communicator, identity_codec<double>>;
+  using sync_t = pactrain::sync<loopback_communicator, identity_codec<double>, block_mask<8>>;
   sync_t s{loopback_communicator{}, l};
   std::vector<block_mask<8>> masks;
   for (const auto& t : l.tensors())
@@ -66,7 +65,7 @@ TEST_CASE("double gradients through a block mask, tensors in separate buffers") 
 
 TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
   s.set_masks(test::masks_for<bitmap_mask>(l, 0.0, 1));
   auto g = test::values<float>(l.total_size(), 1);
   s.allreduce(g.data(), g.size());
@@ -77,8 +76,7 @@ TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
 }
 
 TEST_CASE("an empty layout is fine") {
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{},
-                                                                       param_layout{}};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, param_layout{}};
   s.allreduce(static_cast<float*>(nullptr), 0);
   CHECK(s.stats().steps == 1);
   CHECK(s.stats().collectives == 0);
@@ -86,7 +84,7 @@ TEST_CASE("an empty layout is fine") {
 
 TEST_CASE("bad input is rejected and changes nothing") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 5);
   s.set_masks(masks);
   auto g = test::values<float>(l.total_size(), 2);
@@ -136,7 +134,7 @@ TEST_CASE("the engine's compile-time rules") {
 
 TEST_CASE("the plain strategies of the identity codec are its sparse and dense paths") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 9);
   s.set_masks(masks);
   std::size_t kept = 0;
@@ -160,7 +158,7 @@ TEST_CASE("the plain strategies of the identity codec are its sparse and dense p
 
 TEST_CASE("a step in three phases: begin, submit buckets, finish") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator> s{loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
   const auto masks = test::masks_for<bitmap_mask>(l, 0.5, 11);
   s.set_masks(masks);
   s.set_strategies({bucket_strategy::sparse, bucket_strategy::dense, bucket_strategy::sparse});
@@ -212,8 +210,7 @@ TEST_CASE("a step in three phases: begin, submit buckets, finish") {
 
 TEST_CASE("a codec engine rejects plain strategies only when the communicator cannot sum values") {
   const auto l = test::small_layout();
-  pactrain::sync<bitmap_mask, host_compactor, loopback_communicator, ternary_codec> s{
-      loopback_communicator{}, l};
+  pactrain::sync<loopback_communicator, ternary_codec> s{loopback_communicator{}, l};
   static_assert(decltype(s)::plain_supported);
   s.set_strategies(
       {bucket_strategy::dense_plain, bucket_strategy::sparse, bucket_strategy::sparse_plain});

@@ -9,7 +9,7 @@
 
 #include <pactrain/compactor.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
-#include <pactrain/detail/cuda_runtime.hpp>
+#include <pactrain/cuda/detail/cuda_runtime.hpp>
 #include <pactrain/error.hpp>
 
 #include <thrust/iterator/transform_iterator.h>

@@ -70,12 +70,12 @@ class bucket_table {
                   stream);
   }
 
-  /// `grads` = scale * payload at bucket b's kept entries, +0 at pruned ones: one launch,
+  /// `grads` = factor * payload at bucket b's kept entries, +0 at pruned ones: one launch,
   /// after a memset per index-plan tensor. `host_tensors`: the pointers of grads.tensors as
   /// the host knows them (empty for one buffer).
   template <class T, class W>
   void scatter(const Exec& exec, std::size_t b, const W* payload, dense_source<T> grads,
-               std::span<T* const> host_tensors, T scale, stream_type stream) const {
+               std::span<T* const> host_tensors, T factor, stream_type stream) const {
     const auto& l = launches_[b];
     for (const auto& z : l.zero) {
       T* p = host_tensors.empty() ? grads.base + (z.offset - grads.origin) : host_tensors[z.tensor];
@@ -83,7 +83,7 @@ class bucket_table {
     }
     exec.for_each(
         l.items,
-        bucket_scatter_op<T, W>{table_.data() + l.first_entry, l.entries, payload, grads, scale},
+        bucket_scatter_op<T, W>{table_.data() + l.first_entry, l.entries, payload, grads, factor},
         stream);
   }
 

@@ -163,22 +163,22 @@ class basic_device_compactor {
     }
   }
 
-  /// dense[i] = scale * payload[rank(i)] at kept entries, +0 at pruned ones (every entry is
+  /// dense[i] = factor * payload[rank(i)] at kept entries, +0 at pruned ones (every entry is
   /// written), queued on `stream`; never synchronises. Preconditions as for gather_async. A
   /// half or bfloat16 payload is widened exactly before the multiply.
   template <gradient_value T, class W>
   requires device_payload<W, T>
-  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
-                     stream_type stream = {}) const {
+  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense,
+                     T factor, stream_type stream = {}) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     check_memory(dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
-    scatter_async(plan, payload, dense, scale, stream, detail::device_buffers_checked{});
+    scatter_async(plan, payload, dense, factor, stream, detail::device_buffers_checked{});
   }
   /// As above, for callers that have checked that the buffers are device memory.
   template <gradient_value T, class W>
   requires device_payload<W, T>
-  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
-                     stream_type stream, detail::device_buffers_checked) const {
+  void scatter_async(const plan_type& plan, std::span<const W> payload, std::span<T> dense,
+                     T factor, stream_type stream, detail::device_buffers_checked) const {
     check_buffers(plan, dense.data(), dense.size(), payload.data(), payload.size(), "scatter");
     if (plan.size_ == 0) return;
     if (plan.format_ == plan_format::indices) {
@@ -186,13 +186,13 @@ class basic_device_compactor {
       exec_.zero(dense.data(), dense.size(), stream);
       exec_.for_each(plan.count_,
                      detail::scatter_indices_op<T, W>{plan.indices_.data(), payload.data(),
-                                                      dense.data(), scale},
+                                                      dense.data(), factor},
                      stream);
     } else {
       const auto grid = detail::quad_grid::of(dense.data(), plan.size_);
       exec_.for_each(
           grid.quads,
-          detail::scatter_bitmap_op<T, W>{plan.view(), payload.data(), dense.data(), scale, grid},
+          detail::scatter_bitmap_op<T, W>{plan.view(), payload.data(), dense.data(), factor, grid},
           stream);
     }
   }
@@ -209,9 +209,9 @@ class basic_device_compactor {
   /// scatter_async, then synchronises `stream`.
   template <gradient_value T, class W>
   requires device_payload<W, T>
-  void scatter(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T scale,
+  void scatter(const plan_type& plan, std::span<const W> payload, std::span<T> dense, T factor,
                stream_type stream = {}) const {
-    scatter_async(plan, payload, dense, scale, stream);
+    scatter_async(plan, payload, dense, factor, stream);
     exec_.synchronize(stream);
   }
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <pactrain/codec.hpp>
-#include <pactrain/codec/half_cast.hpp>
+#include <pactrain/codec/half_precision.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/cuda/detail/device_collectives.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
@@ -15,7 +15,7 @@
 #include <pactrain/cuda/detail/device_ops.hpp>
 #include <pactrain/cuda/detail/device_ternary.hpp>
 #include <pactrain/cuda/detail/device_workspace.hpp>
-#include <pactrain/detail/sync/core.hpp>
+#include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/mask.hpp>
@@ -35,15 +35,16 @@ namespace pactrain {
 /// The sync engine over device gradient buffers (see <pactrain/cuda/sync.cuh>), with the host
 /// engine's collective, cross-checked configuration calls. Steps on different streams run in
 /// call order without blocking the host. Not copyable or movable.
-template <gradient_mask Mask, communicator Comm, class Codec, class Feedback, class Exec>
-class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
-    : public detail::sync_core<sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>,
-                               Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback> {
+template <communicator Comm, class Codec, gradient_mask Mask, class Exec>
+class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
+    : public detail::sync_core<sync<Comm, Codec, Mask, basic_device_compactor<Exec>>, Comm, Codec,
+                               Mask, basic_device_compactor<Exec>> {
   using compactor_t = basic_device_compactor<Exec>;
-  using core = detail::sync_core<sync, Mask, compactor_t, Comm, Codec, Feedback>;
+  using core = detail::sync_core<sync, Comm, Codec, Mask, compactor_t>;
+  using base_codec = base_codec_t<Codec>;
   friend core;
   static constexpr bool checked_supported = false;  // sync_options::checked: host engine only
-  static constexpr bool is_ternary = std::is_same_v<Codec, ternary_codec>;
+  static constexpr bool is_ternary = std::is_same_v<base_codec, ternary_codec>;
   // Plain buckets send value_type, coded ones wire_type (and ternary scales uint64 words):
   // the communicator reduces them all.
   static constexpr bool stream_ordered =
@@ -51,10 +52,11 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       detail::stream_ordered_for<Comm, Exec, typename Codec::value_type> &&
       (!is_ternary || detail::stream_ordered_for<Comm, Exec, std::uint64_t>);
 
-  static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<Codec> || is_ternary,
+  static_assert(codec_traits<Codec>::is_identity || detail::is_cast_codec_v<base_codec> ||
+                    is_ternary,
                 "pactrain::sync on device buffers supports identity_codec, fp16_codec, "
                 "bf16_codec and ternary_codec");
-  static_assert(is_ternary || codec_traits<Codec>::is_identity || !Feedback::enabled,
+  static_assert(is_ternary || codec_traits<Codec>::is_identity || !has_feedback_v<Codec>,
                 "pactrain::sync on device buffers: error feedback runs with ternary_codec (the "
                 "16-bit codecs' rounding error is left to the optimizer)");
   static_assert(stream_ordered || Exec::host_accessible,
@@ -68,20 +70,25 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   using typename core::wire_type;
   using stream_type = typename Exec::stream_type;
 
-  /// Collective: checks that all ranks hold the same layout and starts with every entry
-  /// kept. Plans and the payload live on `stream` (it must outlive the engine); the
-  /// constructor synchronises it.
-  sync(Comm comm, param_layout layout, compactor_t compactor = {}, sync_options opt = {},
-       Codec codec = {}, stream_type stream = {})
-      : core(std::move(comm), std::move(layout), std::move(compactor), opt, std::move(codec)),
+  /// Collective: checks that all ranks hold the same layout and codec settings and starts
+  /// with every entry kept, as on the host engine (sync.hpp). Plans and the payload live on
+  /// `stream` (it must outlive the engine); the constructor synchronises it.
+  sync(Comm comm, param_layout layout, sync_options opt = {}, stream_type stream = {})
+      : sync(std::move(comm), std::move(layout), Codec{}, compactor_t{}, opt, stream) {}
+  /// As above, on `stream`: sync{comm, layout, stream}.
+  sync(Comm comm, param_layout layout, stream_type stream)
+      : sync(std::move(comm), std::move(layout), Codec{}, compactor_t{}, sync_options{}, stream) {}
+  /// As above, with a codec's settings.
+  sync(Comm comm, param_layout layout, Codec codec, sync_options opt = {}, stream_type stream = {})
+      : sync(std::move(comm), std::move(layout), std::move(codec), compactor_t{}, opt, stream) {}
+  /// As above, with a compactor's settings too.
+  sync(Comm comm, param_layout layout, Codec codec, compactor_t compactor, sync_options opt = {},
+       stream_type stream = {})
+      : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
         home_(stream),
         io_(this->layout_, stream) {
     this->commit_full("sync");
   }
-
-  /// The same, with the default compactor and codec: sync{comm, layout, stream}.
-  sync(Comm comm, param_layout layout, stream_type stream, sync_options opt = {})
-      : sync(std::move(comm), std::move(layout), compactor_t{}, opt, Codec{}, stream) {}
 
   sync(const sync&) = delete;
   sync& operator=(const sync&) = delete;
@@ -151,7 +158,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
     finish();
   }
   /// True between begin_step and finish_step.
-  [[nodiscard]] bool in_step() const noexcept { return open_; }
+  [[nodiscard]] bool step_open() const noexcept { return open_; }
 
   /// allreduce_async, then synchronises `stream`.
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {
@@ -176,7 +183,7 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
 
   const Exec& exec() const noexcept { return this->compactor_.exec(); }
 
-  // --- commit hooks (see detail/sync/core.hpp) ---
+  // --- commit hooks (see detail/sync/commit.hpp) ---
 
   void check_commit(const char* op) const {
     check_closed(op);
@@ -276,8 +283,8 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       }
       {
         detail::phase_timer t(step_stats_.scatter_seconds);
-        const value_type scale = value_type(1) / static_cast<value_type>(this->comm_.size());
-        for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, scale);
+        const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
+        for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
         if constexpr (is_ternary) bufs_.ternary.end_step(exec(), stream_);
       }
       step_done_.record(Exec::native(stream_));
@@ -343,20 +350,20 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
   // Bucket b's mean, +0 at pruned entries. A coded dense bucket is decoded in place (pruned
   // entries were sent as +0 by every rank, so they come back +0); a sparse one is scattered
   // with the decode fused in.
-  void expand_one(std::size_t b, value_type scale) {
+  void expand_one(std::size_t b, value_type factor) {
     const auto& bk = this->layout_.buckets()[b];
     const bool plain = this->plain(b);
     if (is_sparse(this->strategies_[b])) {
       const auto dst = io_.tensors();
       const auto host = io_.host_tensors();
       if (plain) {
-        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, scale, stream_);
+        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, factor, stream_);
       } else if constexpr (is_ternary) {  // decoded to the mean in the payload
         decode_ternary(b);
         bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, value_type(1),
                               stream_);
       } else {
-        bufs_.buckets.scatter(exec(), b, bucket_wire(b).data(), dst, host, scale, stream_);
+        bufs_.buckets.scatter(exec(), b, bucket_wire(b).data(), dst, host, factor, stream_);
       }
       return;
     }
@@ -367,11 +374,11 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
       } else {
         exec().for_each(
             bk.size,
-            detail::decode_op<value_type, wire_type>{bucket_wire(b).data(), io_.region(b), scale},
+            detail::decode_op<value_type, wire_type>{bucket_wire(b).data(), io_.region(b), factor},
             stream_);
       }
     } else {
-      expand_dense_bucket(b, scale);
+      expand_dense_bucket(b, factor);
     }
     io_.stage_out(exec(), this->layout_, b, stream_);
   }
@@ -401,21 +408,21 @@ class sync<Mask, basic_device_compactor<Exec>, Comm, Codec, Feedback>
                          codec_input(b), codec_input_size(b), bufs_.ternary.slot(b), stream_);
   }
 
-  // A reduced dense bucket's region in place: times scale at kept entries, +0 elsewhere. A
-  // bucket that keeps everything is one scale launch (none for scale 1); otherwise its kept
+  // A reduced dense bucket's region in place: times factor at kept entries, +0 elsewhere. A
+  // bucket that keeps everything is one factor launch (none for factor 1); otherwise its kept
   // entries go through the payload and back, one launch each.
-  void expand_dense_bucket(std::size_t b, value_type scale) {
+  void expand_dense_bucket(std::size_t b, value_type factor) {
     const auto& bk = this->layout_.buckets()[b];
     if (bk.size == 0) return;
     if (ws().payload_of(b) == bk.size) {
-      if (scale == value_type(1)) return;
+      if (factor == value_type(1)) return;
       value_type* d = io_.region(b);
-      exec().for_each(bk.size, detail::scale_op<value_type>{d, d, scale}, stream_);
+      exec().for_each(bk.size, detail::times_op<value_type>{d, d, factor}, stream_);
       return;
     }
     const auto region = io_.region_source(this->layout_, b);
     bufs_.buckets.gather(exec(), b, region, bucket_payload(b).data(), stream_);
-    bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), region, {}, scale, stream_);
+    bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), region, {}, factor, stream_);
   }
 
   stream_type home_{};                         // plans and payload are allocated and freed here

@@ -12,7 +12,7 @@
 #pragma once
 
 #include <pactrain/cuda/detail/device_ops.hpp>
-#include <pactrain/detail/sync/grad_views.hpp>
+#include <pactrain/detail/buffer_checks.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/strategy.hpp>

@@ -8,7 +8,7 @@
 // how the device math runs in CI without a GPU.
 //
 // They mirror host_compactor exactly: payload slot k is the k-th kept entry in index order,
-// scatter writes scale * payload[slot] (one multiply, as on the host) at kept entries and +0
+// scatter writes factor * payload[slot] (one multiply, as on the host) at kept entries and +0
 // at pruned ones; a 16-bit wire value is rounded to nearest even and widened exactly.
 //
 // Compiles with nvcc, or with a host compiler given the CCCL headers (<cuda/std/...>).
@@ -199,20 +199,20 @@ struct gather_bitmap_op {
   }
 };
 
-/// dense[i] = scale * payload[slot(i)] for kept i of quad q (widened from W), +0 for pruned i.
+/// dense[i] = factor * payload[slot(i)] for kept i of quad q (widened from W), +0 for pruned i.
 template <class T, class W>
 struct scatter_bitmap_op {
   bitmap_view m;
   const W* payload;
   T* dense;
-  T scale;
+  T factor;
   quad_grid grid;
 
   _CCCL_HOST_DEVICE void operator()(std::size_t q) const noexcept {
     const quad_slots s(m, grid.first(q));
     vec4<T> v;
     for (int j = 0; j < 4; ++j) {
-      v.v[j] = s.kept[j] ? from_wire<T>(payload[s.slot[j]]) * scale : T(0);
+      v.v[j] = s.kept[j] ? from_wire<T>(payload[s.slot[j]]) * factor : T(0);
     }
     if (s.full()) {
       store_quad(dense + s.i0, v);
@@ -235,15 +235,15 @@ struct gather_indices_op {
   }
 };
 
-/// dense[indices[k]] = scale * payload[k]; the pruned entries are zeroed before.
+/// dense[indices[k]] = factor * payload[k]; the pruned entries are zeroed before.
 template <class T, class W>
 struct scatter_indices_op {
   const std::uint64_t* indices;
   const W* payload;
   T* dense;
-  T scale;
+  T factor;
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
-    dense[load_readonly(indices + k)] = from_wire<T>(payload[k]) * scale;
+    dense[load_readonly(indices + k)] = from_wire<T>(payload[k]) * factor;
   }
 };
 
@@ -328,7 +328,7 @@ struct bucket_gather_op {
   }
 };
 
-/// (tensor t's entry i) = scale * payload[t.payload + slot] at kept entries of every tensor of
+/// (tensor t's entry i) = factor * payload[t.payload + slot] at kept entries of every tensor of
 /// a bucket, +0 at pruned ones of bitmap plans (index plans' tensors are zeroed before).
 template <class T, class W>
 struct bucket_scatter_op {
@@ -336,19 +336,19 @@ struct bucket_scatter_op {
   std::size_t tensor_count;
   const W* payload;
   dense_source<T> grads;
-  T scale;
+  T factor;
 
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
     const bucket_tensor& t = tensor_of_item(tensors, tensor_count, k);
     const std::size_t item = k - t.first_item;
     T* dense = grads.of(t);
     if (t.by_index) {
-      scatter_indices_op<T, W>{t.indices, payload + t.payload, dense, scale}(item);
+      scatter_indices_op<T, W>{t.indices, payload + t.payload, dense, factor}(item);
       return;
     }
     const auto grid = quad_grid::of(dense, t.m.size);
     if (item < grid.quads) {
-      scatter_bitmap_op<T, W>{t.m, payload + t.payload, dense, scale, grid}(item);
+      scatter_bitmap_op<T, W>{t.m, payload + t.payload, dense, factor, grid}(item);
     }
   }
 };
@@ -360,13 +360,13 @@ struct popcount_op {
   }
 };
 
-/// dst[k] = scale * src[k] (dst may be src): a dense bucket's mean.
+/// dst[k] = factor * src[k] (dst may be src): a dense bucket's mean.
 template <class T>
-struct scale_op {
+struct times_op {
   const T* src;
   T* dst;
-  T scale;
-  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { dst[k] = src[k] * scale; }
+  T factor;
+  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { dst[k] = src[k] * factor; }
 };
 
 /// wire[k] = src[k] as the wire type: a dense bucket's encode.
@@ -377,14 +377,14 @@ struct encode_op {
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { wire[k] = to_wire<W>(src[k]); }
 };
 
-/// dst[k] = wire[k] * scale: a dense bucket's decode (the mean, as the host codec decodes).
+/// dst[k] = wire[k] * factor: a dense bucket's decode (the mean, as the host codec decodes).
 template <class T, class W>
 struct decode_op {
   const W* wire;
   T* dst;
-  T scale;
+  T factor;
   _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept {
-    dst[k] = from_wire<T>(wire[k]) * scale;
+    dst[k] = from_wire<T>(wire[k]) * factor;
   }
 };
 

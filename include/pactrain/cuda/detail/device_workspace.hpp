@@ -12,6 +12,7 @@
 #include <pactrain/cuda/detail/device_compactor.hpp>
 #include <pactrain/cuda/detail/device_ternary.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
+#include <pactrain/feedback.hpp>
 #include <pactrain/layout.hpp>
 
 #include <cstddef>
@@ -29,7 +30,7 @@ struct device_workspace {
   using plan_type = typename basic_device_compactor<Exec>::plan_type;
   template <class T>
   using buffer = typename Exec::template buffer<T>;
-  static constexpr bool is_ternary = std::is_same_v<Codec, ternary_codec>;
+  static constexpr bool is_ternary = std::is_same_v<base_codec_t<Codec>, ternary_codec>;
   struct no_ternary {};
 
   buffer<value_type> payload;

@@ -72,18 +72,18 @@ struct host_buckets {
     }
   }
 
-  /// Writes reduced bucket b back to its tensors, times scale, +0 at pruned entries; `region`
+  /// Writes reduced bucket b back to its tensors, times factor, +0 at pruned entries; `region`
   /// is its reduced dense region (dense strategies only).
   template <class Step>
-  void expand(std::size_t b, bool sparse, std::span<T> region, Step& step, T scale) const {
+  void expand(std::size_t b, bool sparse, std::span<T> region, Step& step, T factor) const {
     const auto& bk = layout.buckets()[b];
     std::size_t at = 0;
     for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
       const auto dst = step.view(i);
       if (sparse) {
-        compactor.scatter(plans[i], std::span<const T>(tensor_payload(i)), dst, scale);
+        compactor.scatter(plans[i], std::span<const T>(tensor_payload(i)), dst, factor);
       } else {
-        expand_dense(i, region.subspan(at, dst.size()), dst, scale);
+        expand_dense(i, region.subspan(at, dst.size()), dst, factor);
       }
       at += dst.size();
     }
@@ -110,17 +110,17 @@ struct host_buckets {
   }
 
   /// The fused step: every tensor's result to `u` in layout order, a sparse bucket's as its
-  /// payload (kept entries in index order) with the scale the scatter would apply, a dense
-  /// bucket's as the written-back tensor; then u.done(). `kind(b)`: {sparse, scale}.
+  /// payload (kept entries in index order) with the factor the scatter would apply, a dense
+  /// bucket's as the written-back tensor; then u.done(). `kind(b)`: {sparse, factor}.
   template <class Update, class Kind, class Step>
   void hand_over(Update& u, Kind&& kind, const Step& step) const {
     const auto& buckets = layout.buckets();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto [sparse, scale] = kind(b);
+      const auto [sparse, factor] = kind(b);
       const auto& bk = buckets[b];
       for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
         if (sparse) {
-          u.kept(i, std::span<const T>(tensor_payload(i)), scale);
+          u.kept(i, std::span<const T>(tensor_payload(i)), factor);
         } else {
           u.dense(i, std::span<const T>(step.view(i)));
         }
@@ -129,16 +129,16 @@ struct host_buckets {
     u.done();
   }
 
-  /// dst = scale * src at tensor i's kept entries, +0 elsewhere; src may be dst itself.
-  void expand_dense(std::size_t i, std::span<T> src, std::span<T> dst, T scale) const {
+  /// dst = factor * src at tensor i's kept entries, +0 elsewhere; src may be dst itself.
+  void expand_dense(std::size_t i, std::span<T> src, std::span<T> dst, T factor) const {
     const auto& plan = plans[i];
     if (plan.count() == plan.size()) {
-      if (scale == T(1) && src.data() == dst.data()) return;  // already in place
-      for (std::size_t k = 0; k < dst.size(); ++k) dst[k] = src[k] * scale;
+      if (factor == T(1) && src.data() == dst.data()) return;  // already in place
+      for (std::size_t k = 0; k < dst.size(); ++k) dst[k] = src[k] * factor;
       return;
     }
     compactor.gather(plan, std::span<const T>(src), tensor_payload(i));
-    compactor.scatter(plan, std::span<const T>(tensor_payload(i)), dst, scale);
+    compactor.scatter(plan, std::span<const T>(tensor_payload(i)), dst, factor);
   }
 };
 

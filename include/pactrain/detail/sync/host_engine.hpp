@@ -20,7 +20,7 @@
 #include <pactrain/detail/agreement.hpp>
 #include <pactrain/detail/finite.hpp>
 #include <pactrain/detail/sync/checked_step.hpp>
-#include <pactrain/detail/sync/core.hpp>
+#include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/host_buckets.hpp>
 #include <pactrain/detail/sync/host_step.hpp>
 #include <pactrain/detail/sync/host_workspace.hpp>
@@ -29,7 +29,7 @@
 #include <pactrain/detail/sync/state_format.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
-#include <pactrain/memory.hpp>
+#include <pactrain/huge_pages.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -48,10 +48,10 @@ namespace pactrain::detail {
 /// finish() without a fused update.
 struct no_update {};
 
-template <gradient_mask Mask, class Compactor, communicator Comm, class Codec, class Feedback>
-class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, Feedback>, Mask,
-                                     Compactor, Comm, Codec, Feedback> {
-  using core = sync_core<host_engine, Mask, Compactor, Comm, Codec, Feedback>;
+template <communicator Comm, class Codec, gradient_mask Mask, class Compactor>
+class host_engine
+    : public sync_core<host_engine<Comm, Codec, Mask, Compactor>, Comm, Codec, Mask, Compactor> {
+  using core = sync_core<host_engine, Comm, Codec, Mask, Compactor>;
   friend core;
 
   static_assert(bucket_codec<Codec>,
@@ -83,8 +83,8 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
   using core::is_identity;
   using core::plain;
 
-  host_engine(Comm comm, param_layout layout, Compactor compactor, sync_options opt, Codec codec)
-      : core(std::move(comm), std::move(layout), std::move(compactor), opt, std::move(codec)) {
+  host_engine(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
+      : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {
     this->commit_full("sync");
   }
 
@@ -224,7 +224,7 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
     s.bytes_sent += agreement_words * sizeof(std::uint64_t);
   }
 
-  // --- commit hooks (see core.hpp) ---
+  // --- commit hooks (see commit.hpp) ---
 
   void check_commit(const char* op) const { current_.check_closed(op); }
   void check_strategy(bucket_strategy st) const {
@@ -377,12 +377,12 @@ class host_engine : public sync_core<host_engine<Mask, Compactor, Comm, Codec, F
       }
       // Plain buckets hold the sum; decode gave the mean. A fused update reads a sparse
       // bucket's payload itself, after every verdict: nothing is written back.
-      const value_type scale = plain(b) ? inv_p : value_type(1);
+      const value_type factor = plain(b) ? inv_p : value_type(1);
       const bool written = update == nullptr || !sparse;
-      if (written) buckets().expand(b, sparse, region, current_, scale);
+      if (written) buckets().expand(b, sparse, region, current_, factor);
       if (!finite_result(b, sparse, region)) {
         current_.mark_nonfinite(b);
-        if (!written) buckets().expand(b, sparse, region, current_, scale);
+        if (!written) buckets().expand(b, sparse, region, current_, factor);
       }
     }
     scales_.wait_next(s);

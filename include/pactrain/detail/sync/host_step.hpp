@@ -2,11 +2,11 @@
 // order of submission, and the dense workspace of buckets that cannot run in place.
 #pragma once
 
-#include <pactrain/detail/sync/grad_views.hpp>
+#include <pactrain/detail/buffer_checks.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/huge_pages.hpp>
 #include <pactrain/layout.hpp>
-#include <pactrain/memory.hpp>
 #include <pactrain/strategy.hpp>
 #include <pactrain/sync_options.hpp>
 

@@ -6,7 +6,7 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
-#include <pactrain/memory.hpp>
+#include <pactrain/huge_pages.hpp>
 
 namespace pactrain::detail {
 

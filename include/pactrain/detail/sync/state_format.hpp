@@ -8,7 +8,7 @@
 
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
-#include <pactrain/memory.hpp>
+#include <pactrain/huge_pages.hpp>
 #include <pactrain/serialize.hpp>
 
 #include <bit>

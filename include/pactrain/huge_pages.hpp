@@ -42,7 +42,7 @@ class huge_page_allocator {
     const std::size_t bytes = n * sizeof(T);
     if (bytes < huge_page_bytes) return std::allocator<T>{}.allocate(n);
     const std::size_t rounded = round_up(bytes);
-    void* p = ::operator new(rounded, std::align_val_t{huge_page_bytes});
+    void* p = ::operator new (rounded, std::align_val_t{huge_page_bytes});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice: a refusal only costs speed
 #endif
@@ -56,7 +56,7 @@ class huge_page_allocator {
       return;
     }
     // The unsized form: Clang before 19 does not declare sized deallocation by default.
-    ::operator delete(p, std::align_val_t{huge_page_bytes});
+    ::operator delete (p, std::align_val_t{huge_page_bytes});
   }
 
   template <class U>

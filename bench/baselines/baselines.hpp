@@ -9,11 +9,11 @@
 //             small tensors whole; one MPI_Allgather
 //   powersgd  rank-r PowerSGD with error feedback and warm start, optionally after dense
 //             steps (powersgd.hpp)
-// dense and fp16 are pactrain-sync-bench's methods (bench/sync), Top-k its selection.
+// dense and fp16 are pactrain_sync_bench's methods (bench/sync), Top-k its selection.
 #pragma once
 
 #include "../sync/harness.hpp"
-#include "../sync/topk.hpp"
+#include "topk.hpp"
 #include "powersgd.hpp"
 
 #include "common/exchange.hpp"
@@ -28,15 +28,15 @@
 
 namespace e2e {
 
-/// A pactrain-sync-bench method (dense, fp16) as a gradient exchange.
+/// A pactrain_sync_bench method (dense, fp16) as a gradient exchange.
 class bench_exchange final : public examples::gradient_exchange {
  public:
-  explicit bench_exchange(std::unique_ptr<sync_bench::strategy> s) : s_(std::move(s)) {}
+  explicit bench_exchange(std::unique_ptr<sync_bench::method> s) : s_(std::move(s)) {}
   void exchange(std::span<float> grads, std::span<const float>) override { s_->sync(grads); }
   [[nodiscard]] std::size_t bytes_sent() const override { return s_->bytes_sent(); }
 
  private:
-  std::unique_ptr<sync_bench::strategy> s_;
+  std::unique_ptr<sync_bench::method> s_;
 };
 
 /// dense (MPI_Allreduce) or fp16 over `comm`, for gradients of n entries.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch DDP side by side with pactrain-sync-bench: the same gradient bytes synchronised by
+"""PyTorch DDP side by side with pactrain_sync_bench: the same gradient bytes synchronised by
 torch.distributed (gloo) with DDP's plain allreduce, its fp16_compress_hook, or its PowerSGD
 hook (matrix_approximation_rank 4, error feedback and warm start on).
 
@@ -7,14 +7,14 @@ Run one process per rank under mpirun (rank and size come from Open MPI's enviro
 on the testbed:
 
     bench/netbed/setup.sh 4 1gbit
-    bench/netbed/launch.sh /usr/bin/python3 bench/ddp_bench.py --bytes 100M --hook fp16 --csv
+    bench/netbed/launch.sh /usr/bin/python3 bench/sync/ddp_bench.py --bytes 100M --hook fp16 --csv
 
 Needs Debian's python3-torch. The gradient is a set of 2048x2048 float32 matrices (plus one
 1-D remainder), so PowerSGD compresses nearly all of it. The time of one sync is the median
 over --iters of a DDP backward pass minus the median of the same backward under no_sync()
 (which computes the same gradients without communicating); each timed pass starts after a
-barrier and counts the slowest rank. Prints one row in pactrain-sync-bench's CSV format
-(strategy ddp_allreduce | ddp_fp16 | ddp_powersgd, allreduce column "gloo").
+barrier and counts the slowest rank. Prints one row in pactrain_sync_bench's CSV format
+(method ddp_allreduce | ddp_fp16 | ddp_powersgd, allreduce column "gloo").
 """
 
 import argparse
@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-HEADER = ("strategy,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
+HEADER = ("method,ranks,bytes,density,median_s,min_s,max_s,bytes_sent,wire_bytes,compute_s,"
           "compute_p_s,iters,allreduce")
 COLS = 2048
 RANK = 4

@@ -36,8 +36,7 @@
 
 namespace pactrain::detail {
 
-template <class Engine, gradient_mask Mask, class Compactor, communicator Comm, class Codec,
-          class Feedback>
+template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Compactor>
 class sync_core {
   static_assert(gradient_codec<Codec>,
                 "pactrain::sync: Codec must model gradient_codec (value_type, wire_type, "
@@ -45,8 +44,6 @@ class sync_core {
   static_assert(codec_traits<Codec>::is_linear,
                 "pactrain::sync: a compacted allreduce sums encoded payloads, which is correct "
                 "only for codecs that are linear under summation (codec_traits<Codec>::is_linear)");
-  static_assert(feedback_policy<Feedback>,
-                "pactrain::sync: Feedback must be no_feedback or error_feedback (feedback_policy)");
   static_assert(compactor_for<Compactor, Mask, typename Codec::value_type>,
                 "pactrain::sync: Compactor must model compactor_for<Compactor, Mask, value_type>");
 
@@ -55,7 +52,6 @@ class sync_core {
   using compactor_type = Compactor;
   using communicator_type = Comm;
   using codec_type = Codec;
-  using feedback_type = Feedback;
   using value_type = typename Codec::value_type;
   using wire_type = typename Codec::wire_type;
   using plan_type = typename Compactor::plan_type;
@@ -97,9 +93,9 @@ class sync_core {
 
  protected:
   static constexpr bool is_identity = codec_traits<Codec>::is_identity;
-  static constexpr bool feedback = Feedback::enabled && !is_identity;
+  static constexpr bool feedback = has_feedback_v<Codec> && !is_identity;
 
-  sync_core(Comm comm, param_layout layout, Compactor compactor, sync_options opt, Codec codec)
+  sync_core(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
       : comm_(std::move(comm)),
         layout_(std::move(layout)),
         compactor_(std::move(compactor)),

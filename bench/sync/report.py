@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Turns bench/results/sync.csv into PNG plots (gnuplot), an alpha-beta cost model and
 bench/RESULTS.md, ending with bench/results/measurements.md (hand-kept figures) verbatim.
-Standard library only; run by bench/run_all.sh, or on its own:
+Standard library only; run by bench/sync/run_all.sh, or on its own:
 
-    /usr/bin/python3 bench/report.py --results bench/results --out bench/RESULTS.md
+    /usr/bin/python3 bench/sync/report.py --results bench/results --out bench/RESULTS.md
 """
 
 import argparse
@@ -25,6 +25,8 @@ def load(path):
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
+            if "method" not in r:  # CSVs written before the column was renamed
+                r["method"] = r.pop("strategy")
             for k in ("ranks", "bytes", "bytes_sent", "iters"):
                 r[k] = int(r[k])
             for k in ("density", "median_s", "min_s", "max_s"):
@@ -41,14 +43,14 @@ ENGINE = ("sparse", "sparse-fp16", "sparse-ternary", "auto")
 def label(r):
     """Series name of a row: dense runs are split by allreduce algorithm, and the engine's runs
     under Open MPI's own choice (libnbc's binomial tree for in-place calls) get "_default"."""
-    if r["strategy"] in ENGINE and r.get("allreduce_choice") == "library":
-        return r["strategy"] + "_default"
-    if r["strategy"] == "dense":
+    if r["method"] in ENGINE and r.get("allreduce_choice") == "library":
+        return r["method"] + "_default"
+    if r["method"] == "dense":
         # Rows before the allreduce_choice column: "default" named Open MPI's own choice.
         choice = r.get("allreduce_choice") or ("library" if r["allreduce"] == "default"
                                                 else "forced")
         return "dense_ring" if choice == "forced" else "dense_default"
-    return r["strategy"]
+    return r["method"]
 
 
 # --- cost model ---------------------------------------------------------------------------------
@@ -58,8 +60,8 @@ def label(r):
 #   ring allgather of s bytes per rank:  A = P-1,    B = (P-1) * s
 
 
-def terms(strategy, p, payload):
-    if strategy == "topk":
+def terms(method, p, payload):
+    if method == "topk":
         return (p - 1), (p - 1) * payload
     return 2 * (p - 1), 2 * (p - 1) / p * payload
 
@@ -111,16 +113,38 @@ def fit(points, alpha, overlap):
     return min((best(phi, delta) for phi, delta in grid), key=lambda wm: wm[0])[1]
 
 
+def bandwidths(r):
+    """(algbw, busbw) in bits per second, as nccl-tests defines them, so that a row can be held
+    against the link's rate: algbw = S / t, with S the bytes of the collective's result (an
+    allreduce's buffer, the bytes a rank sent; an allgather's P blocks of them); busbw scales
+    it by the share of S that crosses each rank's link on a ring: 2(P-1)/P for an allreduce,
+    (P-1)/P for an allgather."""
+    p, t = r["ranks"], r["median_s"]
+    if t <= 0:
+        return None, None
+    if r["method"] == "topk":
+        s = p * r["bytes_sent"]
+        return 8 * s / t, 8 * s / t * (p - 1) / p
+    s = r["bytes_sent"]
+    return 8 * s / t, 8 * s / t * 2 * (p - 1) / p
+
+
+def fmt_bw(bits):
+    if bits is None:
+        return "—"
+    return f"{bits / 1e9:.2f}" if bits >= 1e9 else f"{bits / 1e6:.0f} M"
+
+
 def sharing(ranks):
     """Ranks per core beyond the first: every host of the testbed shares this machine."""
     return max(1.0, ranks / CORES) - 1.0
 
 
-def kind(strategy):
-    """The collective a strategy's time is modelled with: dense ring and fp16 run a blocking
+def kind(method):
+    """The collective a method's time is modelled with: dense ring and fp16 run a blocking
     MPI_Allreduce (Open MPI's tuned ring), sparse runs MPI_Iallreduce per bucket (libnbc's
     ring, a different implementation), topk an allgather."""
-    return {"topk": "allgather", "sparse": "iallreduce"}.get(strategy, "allreduce")
+    return {"topk": "allgather", "sparse": "iallreduce"}.get(method, "allreduce")
 
 
 COLLECTIVES = ("allreduce", "iallreduce", "allgather")
@@ -140,10 +164,10 @@ def calibrate(rows):
         for coll in COLLECTIVES:
             pts = []
             for r in rows:
-                if (r["link"] != link or not modelled(r) or kind(r["strategy"]) != coll or
+                if (r["link"] != link or not modelled(r) or kind(r["method"]) != coll or
                         r["bytes"] <= 10**6):
                     continue
-                a, b = terms(r["strategy"], r["ranks"], r["bytes_sent"])
+                a, b = terms(r["method"], r["ranks"], r["bytes_sent"])
                 pts.append((a, b, sharing(r["ranks"]), r["compute_s"] or 0.0, r["median_s"]))
             if pts:
                 models[(link, coll)] = fit(pts, alpha, overlap=coll == "iallreduce")
@@ -151,25 +175,25 @@ def calibrate(rows):
 
 
 def predict(models, r):
-    a, b = terms(r["strategy"], r["ranks"], r["bytes_sent"])
-    return model_time(models[(r["link"], kind(r["strategy"]))], a, b, sharing(r["ranks"]),
+    a, b = terms(r["method"], r["ranks"], r["bytes_sent"])
+    return model_time(models[(r["link"], kind(r["method"]))], a, b, sharing(r["ranks"]),
                       r["compute_s"] or 0.0)
 
 
-def project(models, rows, link, strategy, density, p):
+def project(models, rows, link, method, density, p):
     """Time per sync at p workers: communication from the model; local work from the 2-rank
     run (one core per rank), with its rank-dependent part (topk's accumulation of P k pairs)
     scaled by P / 2."""
-    base = [r for r in rows if r["link"] == link and label(r) == strategy and r["ranks"] == 2 and
-            r["bytes"] > 10**6 and (strategy in ("dense_ring", "fp16") or
+    base = [r for r in rows if r["link"] == link and label(r) == method and r["ranks"] == 2 and
+            r["bytes"] > 10**6 and (method in ("dense_ring", "fp16") or
                                     abs(r["density"] - density) < 1e-9)]
-    if not base or (link, kind(strategy)) not in models:
+    if not base or (link, kind(method)) not in models:
         return None
     r = base[0]
-    a, b = terms(r["strategy"], p, r["bytes_sent"])
+    a, b = terms(r["method"], p, r["bytes_sent"])
     c = (r["compute_s"] or 0.0) - (r["compute_p_s"] or 0.0)
     c += (r["compute_p_s"] or 0.0) * p / 2
-    return model_time(models[(link, kind(strategy))], a, b, 0.0, c)  # one rank per host
+    return model_time(models[(link, kind(method))], a, b, 0.0, c)  # one rank per host
 
 
 # --- plots --------------------------------------------------------------------------------------
@@ -190,14 +214,14 @@ def datablock(name, pts):
     return "\n".join(lines) + "\n"
 
 
-def series(rows, link, strategy, ranks):
+def series(rows, link, method, ranks):
     return sorted((r["density"], r["median_s"]) for r in rows
-                  if r["link"] == link and label(r) == strategy and r["ranks"] == ranks and
+                  if r["link"] == link and label(r) == method and r["ranks"] == ranks and
                   r["bytes"] > 10**6)
 
 
 def plot_link(rows, link, results, mb):
-    dens = sorted({r["density"] for r in rows if r["strategy"] in ("sparse", "topk")})
+    dens = sorted({r["density"] for r in rows if r["method"] in ("sparse", "topk")})
     if not dens:
         return []
     lo, hi = dens[0] / 1.3, dens[-1] * 1.3
@@ -221,7 +245,7 @@ def plot_link(rows, link, results, mb):
                          f"title '{s.replace('_', ' ')}, {p} ranks'")
     png = os.path.join(results, f"time_{link}.png")
     script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
-              f"set title 'pactrain-sync-bench: {mb:.0f} MB of float gradients, {link} links'\n"
+              f"set title 'pactrain_sync_bench: {mb:.0f} MB of float gradients, {link} links'\n"
               "set logscale xy\nset xlabel 'density (kept fraction)'\n"
               "set ylabel 'seconds per sync (median)'\nset grid\nset key outside right\n"
               f"set xrange [{lo}:{hi}]\n" + blocks + "plot " + ", ".join(plots) + "\n")
@@ -321,9 +345,9 @@ def fmt_b(b):
     return f"{b / 1e3:.1f} kB"
 
 
-def find(rows, link, strategy, ranks, density=None):
+def find(rows, link, method, ranks, density=None):
     for r in rows:
-        if (r["link"] == link and label(r) == strategy and r["ranks"] == ranks and
+        if (r["link"] == link and label(r) == method and r["ranks"] == ranks and
                 r["bytes"] > 10**6 and (density is None or abs(r["density"] - density) < 1e-9)):
             return r
     return None
@@ -343,15 +367,19 @@ def main():
     big = [r for r in rows if r["bytes"] > 10**6]
     nbytes = big[0]["bytes"] if big else 0
     iters = big[0]["iters"] if big else 0
-    stamp = datetime.datetime.fromtimestamp(
-        os.path.getmtime(os.path.join(args.results, "sync.csv")), datetime.timezone.utc)
+    # When the sweep ran (run_all.sh writes it); a checkout's file times say nothing.
+    try:
+        with open(os.path.join(args.results, "sync.date")) as f:
+            stamp = f.read().strip()
+    except OSError:
+        stamp = "an unrecorded date"
 
     models = calibrate(rows)
     md = []
     w = md.append
     w("# Sync benchmark results\n")
-    w("Generated by `bench/run_all.sh` (which runs `bench/report.py`); do not edit by hand. "
-      f"Measured on {stamp:%Y-%m-%d %H:%M} UTC.\n")
+    w("Generated by `bench/sync/run_all.sh` (which runs `bench/sync/report.py`); do not edit by hand. "
+      f"Measured on {stamp}.\n")
     w(f"**Machine:** {machine()}. Every host of the testbed (`bench/netbed/`) is a network "
       "namespace on this one machine, with its link shaped by tc tbf in both directions; all "
       "ranks share the machine's cores (4 ranks on 2 cores), so local work is slower than it "
@@ -365,9 +393,14 @@ def main():
       "(index, value) allgather and error feedback at the same k, `fp16` a dense allreduce of "
       "half values (2 bytes per entry on the wire). `sent` is what one rank hands to its "
       "collective; `wire` what its interface transmitted per sync (TCP/IP headers "
-      "included).\n")
-    if any(r["strategy"].startswith("ddp_") for r in rows):
-        w("`ddp *` rows (`bench/ddp_bench.py`): PyTorch DDP with gloo (Debian's python3-torch) "
+      "included). `algbw / busbw` (Gbit/s, or Mbit/s with M) as nccl-tests reports them: "
+      "algbw is the collective's result bytes S over the time (an allreduce's `sent`, an "
+      "allgather's P times it), busbw algbw times the share of S that crosses each rank's "
+      "link on a ring (2(P-1)/P for an allreduce, (P-1)/P for an allgather), to hold against "
+      "the link's rate; local work counts in the time, so a row far below the rate is "
+      "bound by something other than the link.\n")
+    if any(r["method"].startswith("ddp_") for r in rows):
+        w("`ddp *` rows (`bench/sync/ddp_bench.py`): PyTorch DDP with gloo (Debian's python3-torch) "
           "on the same gradient bytes as 2048 x 2048 matrices, plain allreduce, "
           "fp16_compress_hook or the PowerSGD hook (rank 4); time per sync is the median DDP "
           "backward minus the median backward under no_sync(), i.e. the communication DDP "
@@ -438,15 +471,15 @@ def main():
     for link in links:
         w(f"## {link} links\n")
         ranks = sorted({r["ranks"] for r in big if r["link"] == link})
-        head = "| strategy | density | " + " | ".join(
-            f"{p} ranks: time (min–max) | speedup | sent | wire" for p in ranks) + " |"
+        head = "| method | density | " + " | ".join(
+            f"{p} ranks: time (min–max) | speedup | sent | wire | algbw / busbw" for p in ranks) + " |"
         w(head)
-        w("|---|---|" + "---|---|---|---|" * len(ranks))
+        w("|---|---|" + "---|---|---|---|---|" * len(ranks))
         keys = []
         for s in ("dense_ring", "dense_default", "fp16"):
             keys.append((s, None))
         dens = sorted({r["density"] for r in big if r["link"] == link and
-                       r["strategy"] in ("sparse", "topk", "sparse-fp16", "sparse-ternary",
+                       r["method"] in ("sparse", "topk", "sparse-fp16", "sparse-ternary",
                                          "auto")})
         for d in dens:
             keys += [("sparse", d), ("sparse_default", d), ("topk", d)]
@@ -460,13 +493,13 @@ def main():
                 r = find(rows, link, s, p, d)
                 dense = find(rows, link, "dense_ring", p)
                 if r is None:
-                    cells.append("— | — | — | —")
+                    cells.append("— | — | — | — | —")
                     continue
                 any_row = True
                 sp = dense["median_s"] / r["median_s"] if dense else None
                 cells.append(f"{fmt_t(r['median_s'])} ({fmt_t(r['min_s'])}–{fmt_t(r['max_s'])}) | "
                              f"{'—' if sp is None else f'{sp:.2f}x'} | {fmt_b(r['bytes_sent'])} | "
-                             f"{fmt_b(r['wire_bytes'])}")
+                             f"{fmt_b(r['wire_bytes'])} | {' / '.join(map(fmt_bw, bandwidths(r)))}")
             if any_row:
                 dtxt = "1" if d is None else f"{d:g}"
                 w(f"| {s.replace('_', ' ')} | {dtxt} | " + " | ".join(cells) + " |")
@@ -509,10 +542,10 @@ def main():
                   f"{delta * 1e3:.0f} ms |")
     w("")
     w("Measured vs predicted (local work taken as measured):\n")
-    w("| link | ranks | strategy | density | measured | predicted | error |\n|---|---|---|---|---|---|---|")
+    w("| link | ranks | method | density | measured | predicted | error |\n|---|---|---|---|---|---|---|")
     worst = {}
     for r in rows:
-        if not modelled(r) or (r["link"], kind(r["strategy"])) not in models or r["bytes"] <= 10**6:
+        if not modelled(r) or (r["link"], kind(r["method"])) not in models or r["bytes"] <= 10**6:
             continue
         pr = predict(models, r)
         err = (pr - r["median_s"]) / r["median_s"]
@@ -567,12 +600,12 @@ def main():
         with open(policy) as f:
             bj = json.load(f)
         w("## Microbenchmarks: pruning policies, digest, serialization\n")
-        w("`bench/policy_bench.cpp` (Google Benchmark) on one float matrix of 1Mi weights "
+        w("`bench/micro/policy_bench.cpp` (Google Benchmark) on one float matrix of 1Mi weights "
           "(1024 x 1024), medians of 5 repetitions, single-threaded, no other load. `x_memcpy` "
           "is a memcpy of the 4 MiB of weights, timed in the same run, divided by the "
           "operation's time (above 1: faster than copying the weights once). Masks for digest "
           "and serialization keep 10% (magnitude). Compaction per mask type is in "
-          "`bench/compact_bench.cpp` (see Host compaction below).\n")
+          "`bench/micro/compact_bench.cpp` (see Host compaction below).\n")
         w("| benchmark | time | x_memcpy | density kept | serialized bytes |\n|---|---|---|---|---|")
         for b in bj.get("benchmarks", []):
             if b.get("aggregate_name") != "median":
@@ -586,11 +619,11 @@ def main():
         w("")
 
     w("## Reproduce\n")
-    w("```sh\nbench/run_all.sh          # as root; builds, sets up the testbed per rate, runs, "
-      "writes this file\nPACTRAIN_REPORT_ONLY=1 bench/run_all.sh   # only the plots and this "
+    w("```sh\nbench/sync/run_all.sh          # as root; builds, sets up the testbed per rate, runs, "
+      "writes this file\nPACTRAIN_REPORT_ONLY=1 bench/sync/run_all.sh   # only the plots and this "
       "file, from bench/results/sync.csv\n```\n")
     # Hand-kept figures from runs outside the sweep, verbatim, whichever --results is used.
-    measured = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+    measured = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results",
                             "measurements.md")
     if os.path.exists(measured):
         with open(measured) as f:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates every sync benchmark result in one command: builds pactrain-sync-bench, sets up
+# Regenerates every sync benchmark result in one command: builds pactrain_sync_bench, sets up
 # the bandwidth-shaped testbed at each link rate, runs the sweep on 2 and 4 ranks, and writes
 # bench/results/*.csv, the gnuplot PNGs, the cost model and bench/RESULTS.md.
 #
-#   bench/run_all.sh                 # as root, from anywhere; about 15 minutes on 2 cores
+#   bench/sync/run_all.sh                 # as root, from anywhere; about 15 minutes on 2 cores
 #
 # Environment (defaults in brackets):
 #   PACTRAIN_BUILD_DIR   build directory [build]
@@ -18,17 +18,17 @@
 #   PACTRAIN_DDP_RATES   link rates of the DDP runs [1gbit]
 #   PACTRAIN_CODECS=1    also run sparse-fp16, sparse-ternary and auto at every density (about
 #                        doubles the sweep)
-#   PACTRAIN_SYNC=0      skip the pactrain-sync-bench runs (append DDP rows to the CSV)
+#   PACTRAIN_SYNC=0      skip the pactrain_sync_bench runs (append DDP rows to the CSV)
 #   PACTRAIN_REPORT_ONLY=1   only rebuild plots and RESULTS.md from the CSVs present
 #   PACTRAIN_RESULTS_DIR, PACTRAIN_RESULTS_MD   where they go [bench/results, bench/RESULTS.md]
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${PACTRAIN_BUILD_DIR:-build}
 results=${PACTRAIN_RESULTS_DIR:-bench/results}
 read -r -a rates <<< "${PACTRAIN_RATES:-500mbit 1gbit}"
-codec_strategies=()
-[[ ${PACTRAIN_CODECS:-0} == 1 ]] && codec_strategies=(sparse-fp16 sparse-ternary auto)
+codec_methods=()
+[[ ${PACTRAIN_CODECS:-0} == 1 ]] && codec_methods=(sparse-fp16 sparse-ternary auto)
 read -r -a ddp_rates <<< "${PACTRAIN_DDP_RATES:-1gbit}"
 read -r -a ranks_list <<< "${PACTRAIN_RANKS:-2 4}"
 bytes=${PACTRAIN_BYTES:-100M}
@@ -52,7 +52,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   fi
   ddp=0
   if [[ "${PACTRAIN_DDP:-1}" != 0 ]] && /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
-    ddp=1  # its rows go into the same CSV, strategies ddp_allreduce, ddp_fp16, ddp_powersgd
+    ddp=1  # its rows go into the same CSV, methods ddp_allreduce, ddp_fp16, ddp_powersgd
   fi
   trap 'bench/netbed/teardown.sh' EXIT
 
@@ -75,18 +75,18 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
     for np in "${ranks_list[@]}"; do
       [[ $sync_runs == 0 ]] && continue
       # Latency point: a tiny dense allreduce, for the cost model's alpha.
-      run "$rate" "$np" -- --bytes 4K --strategy dense --iters 50 --warmup 5
-      run "$rate" "$np" -- --bytes "$bytes" --strategy dense --iters "$iters" --warmup "$warmup"
+      run "$rate" "$np" -- --bytes 4K --method dense --iters 50 --warmup 5
+      run "$rate" "$np" -- --bytes "$bytes" --method dense --iters "$iters" --warmup "$warmup"
       run "$rate" "$np" PACTRAIN_NETBED_ALLREDUCE=default -- \
-        --bytes "$bytes" --strategy dense --iters "$iters" --warmup "$warmup"
-      run "$rate" "$np" -- --bytes "$bytes" --strategy fp16 --iters "$iters" --warmup "$warmup"
+        --bytes "$bytes" --method dense --iters "$iters" --warmup "$warmup"
+      run "$rate" "$np" -- --bytes "$bytes" --method fp16 --iters "$iters" --warmup "$warmup"
       # pactrain's engine under Open MPI's own algorithm choice (what a user gets who sets
       # nothing): libnbc runs its in-place MPI_Iallreduce as a binomial tree.
       run "$rate" "$np" PACTRAIN_NETBED_ALLREDUCE=default PACTRAIN_MPI_ALGORITHM_WARNING=0 -- \
-        --bytes "$bytes" --density 0.1 --strategy sparse --iters "$iters" --warmup "$warmup"
+        --bytes "$bytes" --density 0.1 --method sparse --iters "$iters" --warmup "$warmup"
       for d in "${densities[@]}"; do
-        for s in sparse topk "${codec_strategies[@]}"; do
-          run "$rate" "$np" -- --bytes "$bytes" --density "$d" --strategy "$s" \
+        for s in sparse topk "${codec_methods[@]}"; do
+          run "$rate" "$np" -- --bytes "$bytes" --density "$d" --method "$s" \
             --iters "$iters" --warmup "$warmup"
         done
       done
@@ -96,7 +96,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
         for hook in allreduce fp16 powersgd; do
           # A limit, in case a gloo collective stalls (ddp_bench.py also passes gloo a timeout).
           if ! row=$(pactrain_netbed_run 150 "$np" PACTRAIN_NETBED_ALLREDUCE=default -- \
-                       /usr/bin/python3 "$root/bench/ddp_bench.py" --bytes "$bytes" \
+                       /usr/bin/python3 "$root/bench/sync/ddp_bench.py" --bytes "$bytes" \
                        --hook "$hook" --netdev eth0 --iters "$iters" --warmup "$warmup" --csv \
                        | tail -n 1) || [[ -z "$row" ]]; then
             echo "run_all.sh: FAILED: DDP $hook at $rate, $np ranks" >&2
@@ -109,6 +109,7 @@ if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
   done
   bench/netbed/teardown.sh
   trap - EXIT
+  [[ $sync_runs == 0 ]] || date -u '+%Y-%m-%d %H:%M UTC' > "$results/sync.date"
 
   # Microbenchmarks (no network): pruning policies, digest and serialization per 1Mi weights.
   if [[ $sync_runs != 0 ]]; then
@@ -122,4 +123,4 @@ json.dump(d, open(p, "w"), indent=1)' "$results/policy.json"
   fi
 fi
 
-/usr/bin/python3 bench/report.py --results "$results" --out "${PACTRAIN_RESULTS_MD:-bench/RESULTS.md}"
+/usr/bin/python3 bench/sync/report.py --results "$results" --out "${PACTRAIN_RESULTS_MD:-bench/RESULTS.md}"

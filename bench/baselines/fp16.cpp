@@ -1,7 +1,7 @@
 // fp16: as PyTorch's fp16_compress_hook, g / P rounded to IEEE half, one MPI_Allreduce of
 // 16-bit values with a user MPI_Op that adds two halves in float and rounds back (so every hop
 // of the ring carries 2 bytes per entry), then widened back to float.
-#include "harness.hpp"
+#include "../sync/harness.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -134,15 +134,15 @@ void half_sum_op(void* in, void* io, int* len, MPI_Datatype*) {
     b[i] = float_to_half_ref(half_to_float_ref(a[i]) + half_to_float_ref(b[i]));
 }
 
-class fp16_strategy final : public strategy {
+class fp16_method final : public method {
  public:
-  fp16_strategy(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n), wire_(n) {
+  fp16_method(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n), wire_(n) {
     MPI_Comm_size(comm_, &ranks_);
     check_mpi(MPI_Op_create(&half_sum_op, 1, &op_), "MPI_Op_create");
   }
-  ~fp16_strategy() override { MPI_Op_free(&op_); }
-  fp16_strategy(const fp16_strategy&) = delete;
-  fp16_strategy& operator=(const fp16_strategy&) = delete;
+  ~fp16_method() override { MPI_Op_free(&op_); }
+  fp16_method(const fp16_method&) = delete;
+  fp16_method& operator=(const fp16_method&) = delete;
 
   double sync(std::span<float> g) override {
     auto t0 = clock_type::now();
@@ -181,8 +181,8 @@ class fp16_strategy final : public strategy {
 
 }  // namespace
 
-std::unique_ptr<strategy> make_fp16(const method_args& a) {
-  return std::make_unique<fp16_strategy>(a.comm, a.n);
+std::unique_ptr<method> make_fp16(const method_args& a) {
+  return std::make_unique<fp16_method>(a.comm, a.n);
 }
 
 }  // namespace sync_bench

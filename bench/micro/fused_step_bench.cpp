@@ -26,8 +26,7 @@
 
 namespace {
 
-using sync_t = pactrain::sync<pactrain::bitmap_mask, pactrain::host_compactor,
-                              pactrain::loopback_communicator>;
+using sync_t = pactrain::sync<pactrain::loopback_communicator>;
 
 std::size_t bench_floats() {
   const char* e = std::getenv("PACTRAIN_BENCH_MIB");

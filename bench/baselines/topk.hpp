@@ -1,10 +1,10 @@
 // topk: DGC-style Top-k with error feedback; every rank's k (index, value) pairs gathered by one
-// MPI_Allgather and accumulated into the dense result. topk_strategy, one global selection over
-// the whole gradient, is pactrain-sync-bench's method (topk.cpp); select_topk is also the
-// per-tensor selection of the end-to-end trainer's DGC baseline (bench/e2e/baselines.hpp).
+// MPI_Allgather and accumulated into the dense result. topk_method, one global selection over
+// the whole gradient, is pactrain_sync_bench's method (topk.cpp); select_topk is also the
+// per-tensor selection of the end-to-end trainer's DGC baseline (bench/baselines/baselines.hpp).
 #pragma once
 
-#include "harness.hpp"
+#include "../sync/harness.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -76,7 +76,7 @@ inline void select_topk(std::span<float> acc, std::span<const float> g, std::siz
   }
 }
 
-class topk_strategy final : public strategy {
+class topk_method final : public method {
  public:
   struct pair {
     std::uint32_t index;
@@ -85,7 +85,7 @@ class topk_strategy final : public strategy {
   static_assert(sizeof(pair) == 8);
 
   /// k of n entries sent by every rank in each sync.
-  topk_strategy(MPI_Comm comm, std::size_t n, std::size_t k)
+  topk_method(MPI_Comm comm, std::size_t n, std::size_t k)
       : comm_(comm), n_(n), k_(k), residual_(n, 0.0f) {
     MPI_Comm_size(comm_, &ranks_);
     PACTRAIN_EXPECTS(k_ <= n_, "topk: k exceeds the gradient's entries");
@@ -95,8 +95,8 @@ class topk_strategy final : public strategy {
     recv_.resize(k_ * static_cast<std::size_t>(ranks_));
   }
   /// The same k as the sparse mask of o.density: round(D * size) kept entries per tensor.
-  topk_strategy(MPI_Comm comm, const options& o, std::size_t n)
-      : topk_strategy(comm, n, kept_entries(o, n)) {}
+  topk_method(MPI_Comm comm, const options& o, std::size_t n)
+      : topk_method(comm, n, kept_entries(o, n)) {}
 
   double sync(std::span<float> g) override {
     auto t0 = clock_type::now();

@@ -198,7 +198,7 @@ ncclComm_t nccl() {
   return w.comm;
 }
 
-template <class Codec = identity_codec<float>, class Feedback = no_feedback>
+template <class Codec = identity_codec<float>>
 void bm_sync(benchmark::State& state) {
   auto& d = dev();
   const double density = static_cast<double>(state.range(0)) / 100.0;
@@ -209,9 +209,8 @@ void bm_sync(benchmark::State& state) {
   for (std::size_t at = 0, k = 0; at < n; at += std::size_t{1} << 20, ++k) {
     l.add("t" + std::to_string(k), std::min(std::size_t{1} << 20, n - at));
   }
-  using sync_t = pactrain::sync<bitmap_mask, cuda_compactor, nccl_communicator, Codec, Feedback>;
-  sync_t s{nccl_communicator{nccl(), d.stream}, l, cuda_compactor{}, sync_options{}, Codec{},
-           d.stream};
+  pactrain::sync<nccl_communicator, Codec> s{nccl_communicator{nccl(), d.stream}, l, Codec{},
+                                             sync_options{}, d.stream};
   std::vector<bitmap_mask> masks;
   for (const auto& t : l.tensors()) masks.push_back(make_mask<bitmap_mask>(t.size, density));
   s.set_masks(masks);
@@ -283,7 +282,7 @@ BENCHMARK(bm_compact<bitmap_mask, false, float, thrust_compactor>)
     ->Name("thrust_scatter/bitmap")
     ->Apply(args);
 BENCHMARK(bm_sync<>)->Name("sync/nccl1")->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_sync<ternary_codec, error_feedback>)
+BENCHMARK(bm_sync<error_feedback<ternary_codec>>)
     ->Name("sync_ternary_ef/nccl1")
     ->Arg(10)
     ->UseManualTime()

@@ -1,13 +1,13 @@
 // dense: one MPI_Allreduce (MPI_SUM, MPI_FLOAT, in place) of the whole gradient, then a scale
 // by 1/P: the plain dense baseline, with whatever algorithm Open MPI picks or is told to use.
-#include "harness.hpp"
+#include "../sync/harness.hpp"
 
 namespace sync_bench {
 namespace {
 
-class dense_strategy final : public strategy {
+class dense_method final : public method {
  public:
-  dense_strategy(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n) {
+  dense_method(MPI_Comm comm, std::size_t n) : comm_(comm), n_(n) {
     MPI_Comm_size(comm_, &ranks_);
   }
   double sync(std::span<float> g) override {
@@ -40,8 +40,8 @@ class dense_strategy final : public strategy {
 
 }  // namespace
 
-std::unique_ptr<strategy> make_dense(const method_args& a) {
-  return std::make_unique<dense_strategy>(a.comm, a.n);
+std::unique_ptr<method> make_dense(const method_args& a) {
+  return std::make_unique<dense_method>(a.comm, a.n);
 }
 
 }  // namespace sync_bench

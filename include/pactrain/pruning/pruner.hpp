@@ -4,7 +4,7 @@
 // pruning/schedule.hpp.
 #pragma once
 
-#include <pactrain/compactor.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/detail/agreement.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
@@ -70,7 +70,7 @@ void apply_mask(const Mask& mask, T* x) {
   if constexpr (detail::word_bitmap<Mask>) {
     // Word by word: the kept values aside, the 64 entries zeroed at once, the kept ones put
     // back. A fine-grained mask has about as many runs as kept entries, and zeroing run by run
-    // took 0.8 ms for 870,090 weights at 10% density (0.25 ms this way).
+    // was about three times slower (bench/results/measurements.md).
     const auto words = mask.words();
     T kept[64];
     for (std::size_t w = 0; w < words.size(); ++w) {
@@ -155,14 +155,14 @@ class pruner {
   /// same schedule, mask source, prunable flags and step): commits the masks for the
   /// schedule's sparsity from `weights` (laid out by sync.layout()) and returns true. A
   /// failure on any rank throws on every rank and leaves the old masks and the step count.
-  template <class Sync, gradient_value T>
+  template <sync_engine Sync, gradient_value T>
   bool step(Sync& sync, std::span<const T> weights) {
     return step_with<T>(sync, [&] { return weights; });
   }
 
   /// As above with the weights in separate buffers, one span per tensor in layout order
   /// (copied into one buffer on update steps only).
-  template <class Sync>
+  template <sync_engine Sync>
   bool step(Sync& sync, std::span<const std::span<typename Sync::value_type>> tensors) {
     using T = typename Sync::value_type;
     std::vector<T> flat;
@@ -176,7 +176,7 @@ class pruner {
       return std::span<const T>(flat);
     });
   }
-  template <class Sync>
+  template <sync_engine Sync>
   bool step(Sync& sync, const std::vector<std::span<typename Sync::value_type>>& tensors) {
     return step(sync, std::span<const std::span<typename Sync::value_type>>(tensors));
   }

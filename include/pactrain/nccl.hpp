@@ -1,4 +1,0 @@
-// Moved to <pactrain/cuda/nccl.hpp>; this path forwards for this release.
-#pragma once
-
-#include <pactrain/cuda/nccl.hpp>
