@@ -44,8 +44,9 @@ COLOURS = {"dense": "black",
            "powersgd8": "#00441b", "powersgdM": "#17becf", "powersgd4_start": "#2a9d8f",
            "fp16": "#9467bd"}
 PACTRAIN_OTHER, BASELINE_OTHER = "#fc9272", "gray50"
-# Methods a trainer does not have (the LibTorch loop has no strategy tuner).
-NOT_RUN = {"fmnist_cnn": {"auto"}, "fortunes_lm": {"auto"}}
+# Methods a trainer does not have, as run.sh's has_method: the LibTorch loop has no strategy tuner
+# (auto), and the language model's recipe never restarts its learning rate.
+NOT_RUN = {"fmnist_cnn": {"auto"}, "fortunes_lm": {"auto", "ternary_restart"}}
 
 
 def is_pactrain(method):
