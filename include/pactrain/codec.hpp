@@ -96,7 +96,7 @@ void multiply(std::span<T> v, T f) noexcept {
 }  // namespace detail
 
 /// Sends payload values as they are. The engine runs it on its exact path: the allreduce
-/// sums the payload itself and the 1/P scale is folded into the scatter.
+/// sums the payload itself and the 1/P factor is folded into the scatter.
 template <gradient_value T>
 struct identity_codec {
   using value_type = T;  // gradients and payload

@@ -24,7 +24,9 @@ concept wire_value =
 
 /// A group of ranks; every member calls the same collectives, with the same sizes, in the same
 /// order. allreduce is in place; allreduce_async's request completes on wait(), and `data` stays
-/// alive and untouched until then. Failures throw pactrain::communication_error.
+/// alive and untouched until then. Failures throw pactrain::communication_error. A
+/// communicator of device gradients also declares `static constexpr memory_space memory =
+/// memory_space::device` (concepts.hpp), which picks sync's default compactor.
 template <class C>
 concept communicator = std::movable<C> &&
     requires(C& c, const C& cc, std::span<float> f, std::span<double> d, std::span<std::uint64_t> u,

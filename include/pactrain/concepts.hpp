@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace pactrain {
@@ -24,12 +25,29 @@ namespace pactrain {
 enum class memory_space { host, device };
 
 class host_compactor;
+template <class Exec>
+class basic_device_compactor;
+namespace detail {
+struct cuda_exec;
 
-/// The compactor of sync<Comm> unless one is named: host_compactor; the communicators that
-/// reduce device buffers (cuda/nccl.hpp, cuda/mpi_cuda.hpp) make it cuda_compactor.
+/// Where the gradients a communicator reduces live: what it declares as `memory` (the CUDA
+/// communicators say memory_space::device), host memory otherwise.
+template <class Comm>
+constexpr memory_space gradient_memory() {
+  if constexpr (requires { Comm::memory; }) {
+    return Comm::memory;
+  } else {
+    return memory_space::host;
+  }
+}
+}  // namespace detail
+
+/// The compactor of sync<Comm> unless one is named: host_compactor, or cuda_compactor
+/// (<pactrain/cuda/sync.cuh>) for a communicator of device gradients.
 template <class Comm>
 struct default_compactor {
-  using type = host_compactor;
+  using type = std::conditional_t<detail::gradient_memory<Comm>() == memory_space::device,
+                                  basic_device_compactor<detail::cuda_exec>, host_compactor>;
 };
 
 /// Value types the compactors handle.

@@ -55,6 +55,9 @@ inline bool mpi_cuda_aware() noexcept {
 /// mpi_communicator (a duplicate of the user's MPI_Comm, see mpi_communicator).
 class mpi_cuda_communicator {
  public:
+  /// The gradients it reduces are device buffers: sync<mpi_cuda_communicator> takes cuda_compactor.
+  static constexpr memory_space memory = memory_space::device;
+
   using request_type = mpi_communicator::request_type;
 
   /// Collective (duplicates `comm`). Device collectives default to `stream`.
@@ -144,17 +147,5 @@ class mpi_cuda_communicator {
 };
 
 static_assert(communicator<mpi_cuda_communicator>);
-
-template <class Exec>
-class basic_device_compactor;
-namespace detail {
-struct cuda_exec;
-}  // namespace detail
-
-/// sync<mpi_cuda_communicator> syncs CUDA device memory: cuda_compactor (<pactrain/cuda/sync.cuh>).
-template <>
-struct default_compactor<mpi_cuda_communicator> {
-  using type = basic_device_compactor<detail::cuda_exec>;
-};
 
 }  // namespace pactrain

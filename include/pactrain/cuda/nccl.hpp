@@ -106,6 +106,9 @@ namespace pactrain {
 /// rule); half and bfloat16 are reduced by NCCL natively.
 class nccl_communicator {
  public:
+  /// The gradients it reduces are device buffers: sync<nccl_communicator> takes cuda_compactor.
+  static constexpr memory_space memory = memory_space::device;
+
   /// A queued collective on a stream; wait() synchronises the stream. Destroying a request
   /// without waiting is fine: the collective stays ordered on its stream.
   class request_type {
@@ -273,17 +276,5 @@ class nccl_communicator {
 };
 
 static_assert(communicator<nccl_communicator>);
-
-template <class Exec>
-class basic_device_compactor;
-namespace detail {
-struct cuda_exec;
-}  // namespace detail
-
-/// sync<nccl_communicator> syncs CUDA device memory: cuda_compactor (<pactrain/cuda/sync.cuh>).
-template <>
-struct default_compactor<nccl_communicator> {
-  using type = basic_device_compactor<detail::cuda_exec>;
-};
 
 }  // namespace pactrain

@@ -12,7 +12,7 @@
 // Per step and bucket, all queued on the caller's stream and never synchronised:
 // gather the kept entries (sparse) into the payload, allreduce (SUM) the payloads or the whole
 // dense buckets -- grouped into one NCCL launch where the communicator offers
-// group_start/group_end -- then scatter with the 1/P scale fused in (+0 at pruned entries).
+// group_start/group_end -- then scatter with the 1/P factor fused in (+0 at pruned entries).
 // Each bucket's gather and scatter is one launch over all its tensors. The three-phase step
 // (begin_step(grads, stream), submit_bucket(b), finish_step()) queues a bucket's gather and
 // allreduce as soon as it is submitted, so that they overlap the rest of the backward pass.

@@ -37,7 +37,6 @@ struct device_workspace {
   buffer<wire_type> wire;  // coded buckets only
   std::conditional_t<is_ternary, device_ternary<Exec>, no_ternary> ternary;
   bucket_table<Exec> buckets;   // one gather and one scatter launch per bucket
-  std::vector<char> submitted;  // per bucket, in the open step
   device_collectives<Comm, Exec, StreamOrdered> collectives;
 
   /// Every buffer for workspace `w` and `plans`, allocated and uploaded on `home` (ready for
@@ -53,7 +52,6 @@ struct device_workspace {
       n.wire = buffer<wire_type>(w.wire_size(), home);
     if constexpr (is_ternary) n.ternary = device_ternary<Exec>(exec, codec, w, feedback, home);
     n.buckets = bucket_table<Exec>(exec, layout, w, plans, home);
-    n.submitted.assign(layout.buckets().size(), 0);
     n.collectives = device_collectives<Comm, Exec, StreamOrdered>(layout.buckets().size());
     return n;
   }

@@ -64,8 +64,7 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
     current_.check_open("submit_bucket");
     if (this->options_.checked) return checked_.request(b);
     this->check_bucket(b, "submit_bucket");
-    PACTRAIN_EXPECTS(!current_.submitted(b), "sync::submit_bucket: bucket " + std::to_string(b) +
-                                                 " was already submitted in this step");
+    current_.check_unsubmitted(b);
     guarded([&] { submit_now(b); });
   }
 

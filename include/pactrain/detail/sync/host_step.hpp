@@ -1,10 +1,10 @@
-// The host engine's open step: the caller's tensors, each bucket's region and request, the
-// order of submission, and the dense workspace of buckets that cannot run in place.
+// The host engine's open step: step_state, plus the caller's tensors, each bucket's region and
+// request, the order of submission, and the dense workspace of buckets that cannot run in
+// place.
 #pragma once
 
 #include <pactrain/detail/buffer_checks.hpp>
-#include <pactrain/detail/sync/phase_timer.hpp>
-#include <pactrain/error.hpp>
+#include <pactrain/detail/sync/step_state.hpp>
 #include <pactrain/huge_pages.hpp>
 #include <pactrain/layout.hpp>
 #include <pactrain/strategy.hpp>
@@ -12,27 +12,15 @@
 
 #include <concepts>
 #include <cstddef>
-#include <cstdint>
 #include <span>
-#include <string>
 #include <vector>
 
 namespace pactrain::detail {
 
 template <class T, class Request>
-class host_step {
+class host_step : public step_state {
  public:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-  [[nodiscard]] bool open() const noexcept { return open_; }
-
-  void check_closed(const char* op) const {
-    PACTRAIN_EXPECTS(!open_, std::string("sync::") + op +
-                                 ": a step is open (begun and not finished); finish it first");
-  }
-  void check_open(const char* op) const {
-    PACTRAIN_EXPECTS(open_, std::string("sync::") + op + ": no step is open (call begin_step)");
-  }
 
   /// The views of a flat buffer of every tensor. Throws, changing nothing, on a bad buffer.
   void set_views(const param_layout& layout, std::span<T> grads, const char* op) {
@@ -68,21 +56,16 @@ class host_step {
     requests_.clear();
     requests_.resize(nb);
     regions_.assign(nb, {});
-    submitted_.assign(nb, 0);
-    nonfinite_.assign(nb, 0);
-    nonfinite_count_ = 0;
     order_.clear();
     order_.reserve(nb);
     done_ = 0;
-    stats_ = stats;
-    start_ = sync_clock::now();
-    open_ = true;
+    step_state::begin(nb, stats);
   }
 
   /// Closes the step (completed or abandoned).
   void close() noexcept {
     requests_.clear();
-    open_ = false;
+    step_state::close();
   }
 
   // Nonblocking collectives of MPI progress only inside MPI calls (Open MPI's libnbc has no
@@ -106,26 +89,15 @@ class host_step {
   }
 
   [[nodiscard]] std::span<T> view(std::size_t tensor) const { return views_[tensor]; }
-  [[nodiscard]] bool submitted(std::size_t b) const { return submitted_[b] != 0; }
   void mark_submitted(std::size_t b, std::span<T> region) {
     regions_[b] = region;
-    submitted_[b] = 1;
+    step_state::mark_submitted(b);
   }
   [[nodiscard]] std::span<T> region(std::size_t b) const { return regions_[b]; }
-  /// Bucket b's result holds an Inf or a NaN (a verdict every rank reaches alike).
-  [[nodiscard]] bool nonfinite(std::size_t b) const { return nonfinite_[b] != 0; }
-  void mark_nonfinite(std::size_t b) {
-    nonfinite_count_ += nonfinite_[b] == 0;
-    nonfinite_[b] = 1;
-  }
-  [[nodiscard]] std::size_t nonfinite_count() const noexcept { return nonfinite_count_; }
-  [[nodiscard]] std::size_t buckets() const noexcept { return submitted_.size(); }
   Request& request(std::size_t b) { return requests_[b]; }
   /// Buckets whose collective has started, in order.
   [[nodiscard]] const std::vector<std::size_t>& order() const noexcept { return order_; }
   void started(std::size_t b) { order_.push_back(b); }
-  sync_stats& stats() noexcept { return stats_; }
-  [[nodiscard]] sync_clock::time_point start() const noexcept { return start_; }
 
  private:
   // True when the bucket's tensors lie back to back in memory, so a dense allreduce can run
@@ -137,19 +109,13 @@ class host_step {
     return true;
   }
 
-  bool open_ = false;
-  std::vector<std::span<T>> views_;    // the step's tensors
-  std::vector<std::span<T>> regions_;  // per bucket: what its collective covers
-  std::vector<Request> requests_;      // per bucket
-  std::vector<std::uint8_t> submitted_;
-  std::vector<std::uint8_t> nonfinite_;  // per bucket
-  std::size_t nonfinite_count_ = 0;
+  std::vector<std::span<T>> views_;        // the step's tensors
+  std::vector<std::span<T>> regions_;      // per bucket: what its collective covers
+  std::vector<Request> requests_;          // per bucket
   std::vector<std::size_t> order_;         // buckets in order of their collective's start
   std::size_t done_ = 0;                   // order_[0, done_) are complete or waited for
   std::vector<std::size_t> dense_offset_;  // per bucket: its stretch of dense_, or npos
   huge_vector<T> dense_;                   // on huge pages: streamed every step
-  sync_stats stats_;                       // the step's, handed over when it completes
-  sync_clock::time_point start_{};
 };
 
 }  // namespace pactrain::detail
