@@ -448,21 +448,31 @@ def model_section(cells, results_dir):
         checks = m.checks()
         if checks:
             def within(rows):
-                return sum(abs(t / s - 1) <= 0.2 for _, _, _, s, t in rows)
+                return sum(abs(t / s - 1) <= 0.2 for _, _, _, s, t, _ in rows)
             per_ranks = "".join(
                 f", {within(mine)} of {len(mine)} at {ranks} ranks"
                 for ranks in (2, 4) for mine in [[c for c in checks if c[1] == ranks]] if mine)
+            seeded = [c for c in checks if c[5][0] < c[5][1]]
+            inside = sum(lo <= t <= hi for _, _, _, _, t, (lo, hi) in seeded)
             md.append(f"### {trainer}: measured against predicted (eta {m.eta:.2f}; "
                       f"{within(checks)} of {len(checks)} within 20%{per_ranks})\n")
+            if seeded:
+                spread = max(max(hi / s - 1, 1 - lo / s) for _, _, _, s, _, (lo, hi) in seeded)
+                md.append(f"The seeds of one (link, ranks, method) differ from their mean step "
+                          f"by up to {spread * 100:.0f}% (4 ranks share 2 cores with the "
+                          f"testbed's packet work); {inside} of {len(seeded)} predictions with "
+                          "several seeds fall inside their seeds' range.\n")
             if m.other_machine:
                 md.append(f"{m.other_machine} shaped (link, ranks, method) of {trainer} were "
                           "measured on another machine than their unshaped point, so the model "
                           "cannot predict them.\n")
-            md.append("| link | ranks | method | measured step ms (mean) | predicted ms | error |")
-            md.append("|---|--:|---|--:|--:|--:|")
-            for link, ranks, method, s, t in checks:
+            md.append("| link | ranks | method | measured step ms (mean) | seeds' range ms | "
+                      "predicted ms | error |")
+            md.append("|---|--:|---|--:|--:|--:|--:|")
+            for link, ranks, method, s, t, (lo, hi) in checks:
                 md.append(f"| {LINKS.get(link, link)} | {ranks} | {method} | {s * 1e3:.1f} | "
-                          f"{t * 1e3:.1f} | {(t / s - 1) * 100:+.0f}% |")
+                          f"{lo * 1e3:.1f}-{hi * 1e3:.1f} | {t * 1e3:.1f} | "
+                          f"{(t / s - 1) * 100:+.0f}% |")
             md.append("")
         if not any(k[0] == trainer and k[2] == 2 and k[1] == "none" for k in runs):
             md.append(f"No projection for {trainer}: it takes compute from the unshaped 2-rank "

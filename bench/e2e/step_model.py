@@ -125,12 +125,14 @@ def small_collective_seconds(results_dir):
 
 def mean_point(seeds):
     """One point standing for a method's seeds: the first's keys, with steady_step_seconds the
-    mean over the seeds that record it. A lone point (a dict) is returned as it is."""
+    mean over the seeds that record it and steady_step_range their (min, max). A lone point (a
+    dict) is returned as it is."""
     if isinstance(seeds, dict):
         return seeds
     p = dict(seeds[0])
     steps = [s["steady_step_seconds"] for s in seeds if s.get("steady_step_seconds")]
     p["steady_step_seconds"] = sum(steps) / len(steps) if steps else None
+    p["steady_step_range"] = (min(steps), max(steps)) if steps else None
     return p
 
 
@@ -204,9 +206,9 @@ class step_model:
         return c + max(0.0, wire) * 8 / (self.eta * rate) + self.lat(ranks, method)
 
     def checks(self):
-        """(link, ranks, method, measured, predicted) of every shaped (link, ranks, method) but
-        the fitted one and those measured on another machine than their unshaped point (another
-        compute); measured is the mean over seeds."""
+        """(link, ranks, method, measured, predicted, (lo, hi)) of every shaped (link, ranks,
+        method) but the fitted one and those measured on another machine than their unshaped
+        point (another compute); measured is the mean over seeds, (lo, hi) their range."""
         out = []
         self.other_machine = 0  # points left out: measured elsewhere than their unshaped point
         for (_, link, ranks, method), p in sorted(self.points.items()):
@@ -218,7 +220,8 @@ class step_model:
                 continue
             t = self.predict(ranks, method, LINK_RATE.get(link, 0) or R_NONE)
             if t is not None and p.get("steady_step_seconds"):
-                out.append((link, ranks, method, p["steady_step_seconds"], t))
+                s = p["steady_step_seconds"]
+                out.append((link, ranks, method, s, t, p.get("steady_step_range") or (s, s)))
         return out
 
     def projection(self, method, link, samples_per_worker):
