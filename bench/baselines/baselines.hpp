@@ -1,7 +1,7 @@
 // The compression methods users would pick instead of pactrain, as gradient exchanges
 // (examples::gradient_exchange, examples/common/exchange.hpp) of the trainers, so that they
 // train through the same loops, data, seeds and steps as pactrain's runs:
-//   dense     one blocking MPI_Allreduce of the whole gradient (the dense reference)
+//   dense     one MPI_Iallreduce of the whole gradient (the dense reference)
 //   fp16      PyTorch's fp16_compress_hook: g / P as IEEE half, summed in half on every hop
 //   topk      DGC (Lin et al., ICLR 2018) as its paper runs it: local gradient clipping,
 //             momentum correction, per-tensor Top-k of the accumulated velocity with error
@@ -39,7 +39,7 @@ class bench_exchange final : public examples::gradient_exchange {
   std::unique_ptr<sync_bench::method> s_;
 };
 
-/// dense (MPI_Allreduce) or fp16 over `comm`, for gradients of n entries.
+/// dense (MPI_Iallreduce) or fp16 over `comm`, for gradients of n entries.
 inline std::unique_ptr<bench_exchange> make_bench_exchange(const char* method, MPI_Comm comm,
                                                            std::size_t n) {
   const sync_bench::options o;

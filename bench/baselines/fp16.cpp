@@ -1,4 +1,4 @@
-// fp16: as PyTorch's fp16_compress_hook, g / P rounded to IEEE half, one MPI_Allreduce of
+// fp16: as PyTorch's fp16_compress_hook, g / P rounded to IEEE half, one MPI_Iallreduce of
 // 16-bit values with a user MPI_Op that adds two halves in float and rounds back (so every hop
 // of the ring carries 2 bytes per entry), then widened back to float.
 #include "../sync/harness.hpp"
@@ -148,11 +148,7 @@ class fp16_method final : public method {
     auto t0 = clock_type::now();
     to_half(g.data(), wire_.data(), n_, 1.0f / static_cast<float>(ranks_));
     double local = seconds_since(t0);
-    for (std::size_t at = 0; at < n_; at += chunk) {
-      const int c = static_cast<int>(std::min(chunk, n_ - at));
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, wire_.data() + at, c, MPI_UINT16_T, op_, comm_),
-                "MPI_Allreduce");
-    }
+    allreduce_in_place(wire_.data(), n_, sizeof(std::uint16_t), MPI_UINT16_T, op_, comm_);
     t0 = clock_type::now();
     from_half(wire_.data(), g.data(), n_);
     return local + seconds_since(t0);
@@ -163,15 +159,14 @@ class fp16_method final : public method {
   }
   // Each rank's value rounds once (<= 2^-12 for |g/P| < 1), each of the P-1 sums once more.
   [[nodiscard]] double tolerance(int ranks) const override { return ranks * 0x1p-10; }
-  // The user MPI_Op is commutative, so coll/tuned decides as for MPI_SUM, on 2-byte elements.
+  // The user MPI_Op is commutative, so coll/libnbc decides as for MPI_SUM, on 2-byte elements.
   [[nodiscard]] collective_choice collective(const pactrain::mpi_allreduce_config& c,
                                              int ranks) const override {
-    return {pactrain::to_string(c.blocking(std::min(n_, chunk), sizeof(std::uint16_t), ranks)),
-            c.readable && (c.blocking_forced != 0 || c.blocking_rules_file)};
+    return {pactrain::to_string(c.nonblocking(n_, sizeof(std::uint16_t), ranks)),
+            c.readable && c.nonblocking_forced != 0};
   }
 
  private:
-  static constexpr std::size_t chunk = std::size_t{1} << 30;
   MPI_Comm comm_;
   std::size_t n_;
   int ranks_ = 1;

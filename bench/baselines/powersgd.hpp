@@ -2,7 +2,8 @@
 // powerSGD_hook does it: each weight matrix M (gradient plus the error left by the last step)
 // is approximated by P Q^T of rank r with one step of power iteration, warm-started from the
 // last step's Q. One allreduce carries every P together with the tensors left uncompressed
-// (vectors, and matrices that rank r would not shrink at least 2x), a second every Q.
+// (vectors, and matrices that rank r would not shrink at least 2x), a second every Q; both
+// nonblocking and waited for, as the dense baseline's (sync_bench::allreduce_in_place).
 //
 //   P = M Q; allreduce P; orthogonalise P's columns; Q = M^T P; allreduce Q, / ranks;
 //   result = P Q^T; error = M - result.
@@ -15,6 +16,8 @@
 // Bench code (not the library): bench/e2e's PowerSGD baseline. The methods are in
 // powersgd.cpp, so that its Eigen products are compiled once.
 #pragma once
+
+#include "../sync/harness.hpp"
 
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -72,9 +75,7 @@ class powersgd {
 
   void allreduce(std::span<float> v) {
     if (v.empty()) return;
-    const int rc = MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_FLOAT,
-                                 MPI_SUM, comm_);
-    PACTRAIN_EXPECTS(rc == MPI_SUCCESS, "powersgd: MPI_Allreduce failed");
+    sync_bench::allreduce_in_place(v.data(), v.size(), sizeof(float), MPI_FLOAT, MPI_SUM, comm_);
   }
 
   // Gram-Schmidt on the columns, as PyTorch's _orthogonalize (a tiny epsilon keeps a zero

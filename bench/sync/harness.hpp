@@ -115,6 +115,23 @@ inline void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
 }
 
+/// The dense baselines' collective: in-place MPI_Iallreduce and MPI_Wait over `count` entries
+/// of `type`, in chunks that fit an int. Nonblocking like the engine's, so that both run the
+/// same algorithm: on 2 ranks the blocking call ran at half the link's rate back to back,
+/// whatever its algorithm (bench/netbed/README.md), and a baseline is measured at its best.
+inline void allreduce_in_place(void* data, std::size_t count, std::size_t element_bytes,
+                               MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  constexpr std::size_t chunk = std::size_t{1} << 30;
+  auto* bytes = static_cast<char*>(data);
+  for (std::size_t at = 0; at < count; at += chunk) {
+    const int c = static_cast<int>(std::min(chunk, count - at));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes + at * element_bytes, c, type, op, comm, &request),
+              "MPI_Iallreduce");
+    check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+}
+
 /// What a method's collective runs: an algorithm's name ("ring", "binomial", ...; "allgather"
 /// for a method without an allreduce), and whether the MPI settings forced it.
 struct collective_choice {
@@ -141,7 +158,7 @@ class method {
   [[nodiscard]] virtual double predicted_seconds() const { return -1.0; }
   /// The algorithm the MPI library runs for this method's data collective on `ranks` ranks,
   /// from `c` (pactrain::mpi_allreduce_algorithms()), and whether an MCA setting forced it.
-  /// This default is pactrain's engine: an in-place MPI_Iallreduce of each bucket's payload.
+  /// This default is pactrain's engine and the dense baselines: an in-place MPI_Iallreduce.
   [[nodiscard]] virtual collective_choice collective(const pactrain::mpi_allreduce_config& c,
                                                      int ranks) const {
     return {pactrain::to_string(c.nonblocking(bytes_sent() / sizeof(float), sizeof(float), ranks)),

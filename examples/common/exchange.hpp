@@ -23,7 +23,7 @@
 
 namespace examples {
 
-/// A gradient exchange other than pactrain::sync: bench/e2e's baselines (a blocking dense
+/// A gradient exchange other than pactrain::sync: bench/e2e's baselines (a dense
 /// allreduce, Top-k, PowerSGD, fp16) train through the same loops, data and seeds with it.
 class gradient_exchange {
  public:
