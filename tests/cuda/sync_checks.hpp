@@ -291,6 +291,63 @@ struct sync_checks {
                          error);
   }
 
+  // save_state and load_state, one format for both engines: after the same steps the device
+  // engine saves the host engine's bytes, and a state saved by either resumes the other bit for
+  // bit. A corrupt state, or one loaded or saved while a step is open, is refused and changes
+  // nothing.
+  void state() const {
+    using Codec = error_feedback<ternary_codec>;
+    using device_sync = pactrain::sync<comm_type, Codec, bitmap_mask, Compactor>;
+    using host_sync = pactrain::sync<host_comm_type, Codec>;
+    const auto l = small_layout();
+    const ternary_codec codec{ternary_options{.seed = 9, .scale_block = 64}};
+    const auto masks = masks_for<bitmap_mask>(l, 0.3, 21);
+    using B = bucket_strategy;
+    const std::vector<B> st{B::sparse, B::dense, B::sparse};
+    const auto make = [&](auto& e) {
+      e.set_masks(masks);
+      e.set_strategies(st);
+    };
+    device_sync ds{make_comm(), l, codec, sync_options{}, stream};
+    host_sync hs{make_host_comm(), l, codec};
+    make(ds);
+    make(hs);
+    const auto step = [&](device_sync& d, host_sync& h, std::uint64_t seed) {
+      CAPTURE(seed);
+      auto g = grads(l.total_size(), seed);
+      array<float> dg(g);
+      d.allreduce(dg.span(), stream);
+      h.allreduce(std::span<float>(g));
+      CHECK(bad_entries(dg.host(), g) == 0);
+    };
+    for (std::uint64_t k = 0; k < 3; ++k) step(ds, hs, 41 + k);
+    const auto saved = ds.save_state();
+    CHECK(saved == hs.save_state());
+
+    device_sync ds2{make_comm(), l, codec, sync_options{}, stream};
+    host_sync hs2{make_host_comm(), l, codec};
+    make(ds2);
+    make(hs2);
+    ds2.load_state(saved);
+    hs2.load_state(saved);
+    CHECK(ds2.step() == ds.step());
+    step(ds2, hs, 50);  // the device engine resumed from its own state
+    step(ds, hs2, 50);  // the host engine resumed from the device engine's
+
+    auto bad = saved;
+    bad[70] ^= std::byte{1};
+    const auto before = ds.save_state();
+    CHECK_THROWS_WITH_AS(ds.load_state(bad), doctest::Contains("checksum mismatch"), error);
+    array<float> dg(grads(l.total_size(), 60));
+    ds.begin_step(dg.span(), stream);
+    CHECK_THROWS_WITH_AS((void)ds.save_state(), doctest::Contains("a step is open"), error);
+    CHECK_THROWS_WITH_AS(ds.load_state(before), doctest::Contains("a step is open"), error);
+    ds.finish_step();
+    exec{}.synchronize(stream);
+    ds.load_state(before);
+    step(ds, hs2, 51);  // as before the refused loads and the step since
+  }
+
   // A fully pruned model sends nothing and zeroes everything.
   void fully_pruned() const {
     const auto l = small_layout();
@@ -332,6 +389,9 @@ struct sync_checks {
                          error);
     CHECK(ds.masks() == masks);
     CHECK(ds.stats().steps == 0);
+    auto state = ds.save_state();  // the step counter only: no residuals, no scales
+    state[0] = std::byte{'X'};
+    CHECK_THROWS_WITH_AS(ds.load_state(state), doctest::Contains("bad magic"), error);
   }
 
   // The cross-rank subset (several ranks sharing one GPU, where each instantiation costs
@@ -347,6 +407,7 @@ struct sync_checks {
     }
     SUBCASE("three-phase step") { three_phase(); }
     SUBCASE("separate buffers") { separate_buffers(); }
+    SUBCASE("saved state") { state(); }
   }
 
   void all() const {
@@ -370,6 +431,7 @@ struct sync_checks {
     SUBCASE("separate buffers") { separate_buffers(); }
     SUBCASE("ternary") { ternary<ternary_codec>(0); }
     SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback<ternary_codec>>(64); }
+    SUBCASE("saved state") { state(); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }
   }

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace pactrain {
 
@@ -111,6 +112,16 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   }
   /// True between begin_step and finish_step.
   [[nodiscard]] bool step_open() const noexcept { return this->current_.open(); }
+
+  /// Waits for the last step; what a resumed run needs besides masks and strategies (the step
+  /// counter, error feedback's residuals), in the host engine's format: a state saved by either
+  /// engine loads into the other. Every rank saves its own. Throws pactrain::error while a step
+  /// is open.
+  [[nodiscard]] std::vector<std::byte> save_state() const { return this->save(); }
+  /// Collective, after set_masks and set_strategies (which reset the state): restores this
+  /// rank's save_state(). Corrupt bytes, bytes saved under another layout, masks, strategies,
+  /// codec or rank count, or unequal steps: every rank throws alike, nothing changes.
+  void load_state(std::span<const std::byte> in) { this->load(in); }
 
   /// allreduce_async, then synchronises `stream`.
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {

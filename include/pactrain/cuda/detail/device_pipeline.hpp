@@ -33,6 +33,7 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace pactrain::detail {
 
@@ -104,6 +105,46 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     return n;
   }
   void install_workspace(workspace_buffers&& n) noexcept { bufs_ = std::move(n); }
+
+  // --- state hooks (see commit.hpp): the step counter and the ternary codec's residuals;
+  // no scales are carried over (previous_max runs on the host engine only), so a state
+  // records the host engine's current_max zeros for them ---
+
+  struct no_state {};
+  using staged_state =
+      std::conditional_t<is_ternary, typename device_ternary<Exec>::staged_residuals, no_state>;
+  template <class F>
+  void view_state(F&& f) const {
+    std::vector<value_type> residuals;
+    std::vector<float> scales;
+    if constexpr (is_ternary) {
+      step_done_.wait();
+      residuals.resize(bufs_.ternary.residual_count());
+      bufs_.ternary.download_residuals(exec(), residuals, home_);
+      scales.assign(bufs_.ternary.scale_word_count(), 0.0f);
+    }
+    f(std::span<const value_type>(residuals), std::span<const float>(scales), false);
+  }
+  [[nodiscard]] std::pair<std::size_t, std::size_t> state_sizes() const noexcept {
+    if constexpr (is_ternary) {
+      return {bufs_.ternary.residual_count(), bufs_.ternary.scale_word_count()};
+    } else {
+      return {0, 0};
+    }
+  }
+  // A state that passed the fit check was saved with current_max scales (the fit includes
+  // the codec's settings), so its scales are the unused zeros.
+  staged_state stage_state(engine_state<value_type>&& st) const {
+    if constexpr (is_ternary) {
+      step_done_.wait();
+      return bufs_.ternary.stage_residuals(exec(), st.residuals, home_);
+    } else {
+      return {};
+    }
+  }
+  void install_state(staged_state&& staged) noexcept {
+    if constexpr (is_ternary) bufs_.ternary.install_residuals(std::move(staged));
+  }
 
   const workspace_layout& ws() const noexcept { return this->workspace_; }
   std::span<value_type> bucket_payload(std::size_t b) { return bufs_.bucket_payload(ws(), b); }

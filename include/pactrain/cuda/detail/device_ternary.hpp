@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace pactrain::detail {
@@ -277,6 +278,40 @@ class device_ternary {
                                {slot, block_},
                                block_ == 0 ? slot : largest_.data() + b};
     exec.for_each(n, op, s);
+  }
+
+  // --- error feedback's residuals across a resume (sync::save_state, load_state) ---
+
+  /// Residual entries (codec input order; none without feedback), and scale words.
+  [[nodiscard]] std::size_t residual_count() const noexcept { return residual_[0].size(); }
+  [[nodiscard]] std::size_t scale_word_count() const noexcept {
+    return first_.empty() ? 0 : first_.back();
+  }
+  /// out = the residuals the next step reads; the last step must have finished.
+  void download_residuals(const Exec& exec, std::span<float> out, stream_type s) const {
+    if (residual_[0].empty()) return;
+    int sel = 0;
+    exec.download(&sel, select_.data(), 1, s);
+    exec.download(out.data(), residual_[sel].data(), out.size(), s);
+  }
+  /// Residuals loaded into a buffer of their own, and the one of the two they replace.
+  struct staged_residuals {
+    buffer<float> values;
+    int select = 0;
+  };
+  /// `in` uploaded for install_residuals; the last step must have finished. May throw.
+  [[nodiscard]] staged_residuals stage_residuals(const Exec& exec, std::span<const float> in,
+                                                 stream_type s) const {
+    staged_residuals r;
+    if (residual_[0].empty()) return r;
+    exec.download(&r.select, select_.data(), 1, s);
+    r.values = buffer<float>(in.size(), s);
+    exec.upload(r.values.data(), in.data(), in.size(), s);
+    exec.synchronize(s);
+    return r;
+  }
+  void install_residuals(staged_residuals&& r) noexcept {
+    if (!residual_[0].empty()) residual_[r.select] = std::move(r.values);
   }
 
   /// Error feedback: keeps the step's new residuals if all its scales were finite.

@@ -1,6 +1,6 @@
 // What the host and device sync engines share: the components, the layout, the committed
 // masks with their digests and compaction plans, the strategies, the workspace layout, the
-// collective commit and reject, statistics and the step counter.
+// collective commit and reject, the saved state, statistics and the step counter.
 //
 // An engine derives from sync_core<Engine, ...> (CRTP) and supplies five hooks, called by
 // commit():
@@ -9,7 +9,16 @@
 //   build_plan(mask)               the compactor's plan for one mask;
 //   allocate_workspace(w, plans)   the buffers `w` describes (and whatever else the engine
 //                                  derives from the new plans); may throw;
-//   install_workspace(buffers)     puts them in place; cannot throw.
+//   install_workspace(buffers)     puts them in place; cannot throw;
+// and four called by save() and load() (check_commit too: no step may be open):
+//   view_state(f)                  f(residuals, scales, scales_ready) in host memory, after
+//                                  the last step;
+//   state_sizes()                  {residuals, scales} this engine holds;
+//   stage_state(st)                what install_state needs of a parsed state, built where
+//                                  the state will live; may throw;
+//   install_state(staged)          puts it in place; cannot throw.
+// One byte format (state_format.hpp) for both: a state saved by either engine loads into
+// the other.
 #pragma once
 
 #include <pactrain/codec.hpp>
@@ -17,6 +26,7 @@
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/agreement.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
+#include <pactrain/detail/sync/state_format.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
 #include <pactrain/digest.hpp>
 #include <pactrain/error.hpp>
@@ -118,6 +128,45 @@ class sync_core {
     commit(std::move(full), strategies_, op);
   }
 
+  // --- state across a resume (sync::save_state and load_state) ---
+
+  [[nodiscard]] std::vector<std::byte> save() const {
+    engine().check_commit("save_state");
+    std::vector<std::byte> out;
+    engine().view_state([&](std::span<const value_type> residuals, std::span<const float> scales,
+                            bool scales_ready) {
+      out = state_format<value_type>::write(fit_digest(), comm_.rank(), comm_.size(), step_,
+                                            scales_ready, residuals, scales);
+    });
+    return out;
+  }
+
+  void load(std::span<const std::byte> in) {
+    std::uint64_t step = 0;
+    typename Engine::staged_state staged;
+    agreement_input a;
+    a.layout = &layout_;
+    a.operation = "load_state";
+    a.config_name = "strategies, step counters or scales";
+    try {
+      engine().check_commit("load_state");
+      const auto [residuals, scales] = engine().state_sizes();
+      auto st = state_format<value_type>::read(in, fit_digest(), comm_.rank(), comm_.size(),
+                                               residuals, scales);
+      a.config_digest = loaded_state_digest(strategies_, st);
+      step = st.step;
+      staged = engine().stage_state(std::move(st));
+    } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
+      a.local_error = e.what();
+      a.config_digest = loaded_state_digest(strategies_, engine_state<value_type>{});
+    }
+    a.codec_digest = codec_digest();
+    a.mask_digests = mask_digests_;
+    agree(comm_, a);
+    step_ = step;
+    engine().install_state(std::move(staged));
+  }
+
   // Bucket b bypasses the codec (the identity codec always does).
   [[nodiscard]] bool plain(std::size_t b) const { return is_identity || is_plain(strategies_[b]); }
   [[nodiscard]] bool coded(std::size_t b) const { return !plain(b); }
@@ -194,6 +243,11 @@ class sync_core {
     workspace_ = std::move(w);
   }
 
+  // What a saved state must have been saved with (state_format.hpp).
+  [[nodiscard]] std::uint64_t fit_digest() const {
+    return state_fit_digest(layout_, comm_.size(), mask_digests_, strategies_, codec_);
+  }
+
   static std::uint64_t strategies_digest(std::span<const bucket_strategy> strategies) {
     digest_builder d(0x73747261);  // "stra"
     for (const auto s : strategies) d.add(s.code());
@@ -247,6 +301,7 @@ class sync_core {
 
  private:
   Engine& engine() noexcept { return static_cast<Engine&>(*this); }
+  const Engine& engine() const noexcept { return static_cast<const Engine&>(*this); }
 };
 
 }  // namespace pactrain::detail

@@ -9,7 +9,6 @@
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/host_pipeline.hpp>
 #include <pactrain/detail/sync/host_workspace.hpp>
-#include <pactrain/detail/sync/state_format.hpp>
 #include <pactrain/error.hpp>
 
 #include <cstddef>
@@ -83,37 +82,6 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
 
   static constexpr bool checked_supported = true;
 
-  // --- state across a resume ---
-
-  [[nodiscard]] std::vector<std::byte> save() const {
-    current_.check_closed("save_state");
-    return state_format<value_type>::write(fit_digest(), this->comm_.rank(), this->comm_.size(),
-                                           this->step_, scales_.ready(), residual_,
-                                           scales_.previous());
-  }
-
-  void load(std::span<const std::byte> in) {
-    engine_state<value_type> st;
-    agreement_input a;
-    a.layout = &this->layout_;
-    a.operation = "load_state";
-    a.config_name = "strategies, step counters or scales";
-    try {
-      current_.check_closed("load_state");
-      st = state_format<value_type>::read(in, fit_digest(), this->comm_.rank(), this->comm_.size(),
-                                          residual_.size(), scales_.previous().size());
-    } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
-      a.local_error = e.what();
-    }
-    a.config_digest = loaded_state_digest(this->strategies_, st);
-    a.codec_digest = this->codec_digest();
-    a.mask_digests = this->mask_digests_;
-    agree(this->comm_, a);
-    this->step_ = st.step;
-    residual_ = std::move(st.residuals);
-    scales_.restore(std::move(st.scales), st.scales_ready);
-  }
-
   [[nodiscard]] std::span<const value_type> residuals() const noexcept { return residual_; }
   [[nodiscard]] bool step_open() const noexcept { return current_.open(); }
 
@@ -174,9 +142,21 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
     if constexpr (!is_identity) scales_ = std::move(n.scales);
   }
 
-  [[nodiscard]] std::uint64_t fit_digest() const {
-    return state_fit_digest(this->layout_, this->comm_.size(), this->mask_digests_,
-                            this->strategies_, this->codec_);
+  // --- state hooks (see commit.hpp) ---
+
+  using staged_state = engine_state<value_type>;
+  template <class F>
+  void view_state(F&& f) const {
+    f(std::span<const value_type>(residual_), std::span<const float>(scales_.previous()),
+      scales_.ready());
+  }
+  [[nodiscard]] std::pair<std::size_t, std::size_t> state_sizes() const noexcept {
+    return {residual_.size(), scales_.previous().size()};
+  }
+  static staged_state stage_state(engine_state<value_type>&& st) noexcept { return std::move(st); }
+  void install_state(staged_state&& st) noexcept {
+    residual_ = std::move(st.residuals);
+    scales_.restore(std::move(st.scales), st.scales_ready);
   }
 
   checked_step checked_;  // sync_options::checked: the step's record
