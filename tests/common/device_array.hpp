@@ -64,11 +64,13 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-/// Number of entries that differ bit for bit (plus one if the sizes differ).
+/// Number of entries that differ bit for bit (plus one if the sizes differ); with any_nan, two
+/// NaNs match whatever their payloads.
 template <class T>
-std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b) {
+std::size_t bad_entries(const std::vector<T>& a, const std::vector<T>& b, bool any_nan = false) {
   std::size_t bad = a.size() != b.size();
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (any_nan && a[i] != a[i] && b[i] != b[i]) continue;  // NaN against NaN, any payload
     bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
   }
   return bad;

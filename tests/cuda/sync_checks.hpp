@@ -52,6 +52,14 @@ struct sync_checks {
   // dyadic, exactly summable in the wire type.
   bool same_reduction = true;
 
+  // The same masks and strategies on every engine given.
+  template <class Mask, class... Engines>
+  static void commit_all(const std::vector<Mask>& masks, const std::vector<bucket_strategy>& st,
+                         Engines&... engines) {
+    (engines.set_masks(masks), ...);
+    (engines.set_strategies(st), ...);
+  }
+
   template <class Codec = identity_codec<float>>
   std::vector<typename Codec::value_type> grads(std::size_t n, std::uint64_t seed) const {
     using T = typename Codec::value_type;
@@ -109,12 +117,9 @@ struct sync_checks {
                                                                      sync_options{}, stream};
     pactrain::sync<host_comm_type, fp16_codec> hs{make_host_comm(), l};
     const auto masks = masks_for<bitmap_mask>(l, 0.5, 3);
-    ds.set_masks(masks);
-    hs.set_masks(masks);
-    const std::vector<bucket_strategy> st{bucket_strategy::sparse, bucket_strategy::dense,
-                                          bucket_strategy::sparse_plain};
-    ds.set_strategies(st);
-    hs.set_strategies(st);
+    commit_all(masks,
+               {bucket_strategy::sparse, bucket_strategy::dense, bucket_strategy::sparse_plain}, ds,
+               hs);
     for (const std::vector<std::size_t>& order :
          {std::vector<std::size_t>{2, 0}, std::vector<std::size_t>{}, {1, 2, 0}}) {
       auto g = grads<fp16_codec>(l.total_size(), 7 + order.size());
@@ -229,8 +234,9 @@ struct sync_checks {
   // ternary_codec, with and without error feedback and scale blocks: every strategy, the
   // three-phase step and densities 0 to 1 give the host engine's results bit for bit (scales,
   // stochastic rounding, residuals, statistics). A rank's NaN makes its whole bucket NaN at
-  // kept entries on both; the device engine then advances its step counter (the host cannot
-  // know without waiting) but, like the host engine, keeps the residuals it had.
+  // kept entries on both, and both keep the residuals they had; the device engine's
+  // synchronous allreduce reports it and keeps the step counter as the host engine does, its
+  // queued step (which cannot know without waiting) advances the counter.
   template <class Codec>
   void ternary(std::size_t scale_block) const {
     const auto l = small_layout();
@@ -243,10 +249,11 @@ struct sync_checks {
                                          {B::dense, B::sparse_plain, B::sparse},
                                          {B::sparse, B::sparse, B::dense}};
     std::uint64_t seed = 31;
-    const auto run = [&](bool three_phase, bool nan) {
+    // nan: a NaN at entry `at` of rank 0's gradient (100: bucket 0).
+    const auto run = [&](bool three_phase, bool nan, std::size_t at = 100) {
       CAPTURE(seed);
       auto g = grads(l.total_size(), seed);
-      if (nan && rank == 0) g[100] = std::numeric_limits<float>::quiet_NaN();  // bucket 0
+      if (nan && rank == 0) g[at] = std::numeric_limits<float>::quiet_NaN();
       array<float> dg(g);
       if (three_phase) {  // the same submissions on both: the same scale rounds
         ds.begin_step(dg.span(), stream);
@@ -262,7 +269,7 @@ struct sync_checks {
         ds.allreduce(dg.span(), stream);
         hs.allreduce(std::span<float>(g));
       }
-      CHECK(bad_entries(dg.host(), g) == 0);
+      CHECK(bad_entries(dg.host(), g, nan) == 0);  // a NaN's payload may differ by device
       ++seed;
       if (nan) return;
       CHECK(ds.stats().bytes_sent == hs.stats().bytes_sent);
@@ -281,9 +288,22 @@ struct sync_checks {
       }
     }
     run(false, true);
+    CHECK(ds.step() == hs.step());
+    CHECK(ds.stats().nonfinite_buckets == 1);
+    CHECK(hs.stats().nonfinite_buckets == 1);
+    CHECK(ds.stats().nonfinite_steps == hs.stats().nonfinite_steps);
+    run(false, false);  // the residuals and step counter of before the NaN, on both
+    ds.set_strategies({B::sparse, B::sparse_plain, B::dense});  // every entry kept (d = 1)
+    hs.set_strategies({B::sparse, B::sparse_plain, B::dense});
+    run(false, true, l.buckets()[1].offset);  // in a plain bucket: the scales are finite
+    CHECK(ds.stats().nonfinite_buckets == 1);
+    CHECK(ds.step() == hs.step());
+    run(false, false);
+    run(true, true);
     CHECK(ds.step() == hs.step() + 1);
+    CHECK(ds.stats().nonfinite_buckets == 0);
     hs.set_step(ds.step());
-    run(true, false);  // the residuals of before the NaN, on both
+    run(true, false);
     const ternary_codec previous{ternary_options{.scale = scale_source::previous_max}};
     CHECK_THROWS_WITH_AS((pactrain::sync<comm_type, ternary_codec, bitmap_mask, Compactor>{
                              make_comm(), l, previous, sync_options{}, stream}),
@@ -304,14 +324,9 @@ struct sync_checks {
     const auto masks = masks_for<bitmap_mask>(l, 0.3, 21);
     using B = bucket_strategy;
     const std::vector<B> st{B::sparse, B::dense, B::sparse};
-    const auto make = [&](auto& e) {
-      e.set_masks(masks);
-      e.set_strategies(st);
-    };
     device_sync ds{make_comm(), l, codec, sync_options{}, stream};
     host_sync hs{make_host_comm(), l, codec};
-    make(ds);
-    make(hs);
+    commit_all(masks, st, ds, hs);
     const auto step = [&](device_sync& d, host_sync& h, std::uint64_t seed) {
       CAPTURE(seed);
       auto g = grads(l.total_size(), seed);
@@ -326,8 +341,7 @@ struct sync_checks {
 
     device_sync ds2{make_comm(), l, codec, sync_options{}, stream};
     host_sync hs2{make_host_comm(), l, codec};
-    make(ds2);
-    make(hs2);
+    commit_all(masks, st, ds2, hs2);
     ds2.load_state(saved);
     hs2.load_state(saved);
     CHECK(ds2.step() == ds.step());
@@ -346,6 +360,37 @@ struct sync_checks {
     exec{}.synchronize(stream);
     ds.load_state(before);
     step(ds, hs2, 51);  // as before the refused loads and the step since
+  }
+
+  // An Inf in plain buckets' results: the device engine's synchronous allreduce reports the
+  // host engine's non-finite buckets and keeps the step counter, with the same results bit for
+  // bit; a queued step cannot know, reports none and advances the counter.
+  void nonfinite() const {
+    const auto l = small_layout();
+    pactrain::sync<comm_type, identity_codec<float>, bitmap_mask, Compactor> ds{make_comm(), l,
+                                                                                stream};
+    pactrain::sync<host_comm_type, identity_codec<float>> hs{make_host_comm(), l};
+    commit_all(masks_for<bitmap_mask>(l, 1.0, 3),
+               {bucket_strategy::sparse, bucket_strategy::dense, bucket_strategy::sparse}, ds, hs);
+    auto g = grads(l.total_size(), 8);
+    const auto& bk = l.buckets();
+    if (rank == 0) {
+      g[bk[1].offset] = std::numeric_limits<float>::infinity();
+      g[bk[2].offset + bk[2].size - 1] = -std::numeric_limits<float>::infinity();
+    }
+    array<float> dg(g);
+    ds.allreduce(dg.span(), stream);
+    hs.allreduce(std::span<float>(g));
+    CHECK(bad_entries(dg.host(), g) == 0);
+    CHECK(ds.stats().nonfinite_buckets == 2);
+    CHECK(hs.stats().nonfinite_buckets == 2);
+    CHECK(ds.stats().nonfinite_steps == 1);
+    CHECK(ds.step() == 0);
+    CHECK(hs.step() == 0);
+    ds.allreduce_async(dg.span(), stream);
+    exec{}.synchronize(stream);
+    CHECK(ds.stats().nonfinite_buckets == 0);
+    CHECK(ds.step() == 1);
   }
 
   // A fully pruned model sends nothing and zeroes everything.
@@ -408,6 +453,7 @@ struct sync_checks {
     SUBCASE("three-phase step") { three_phase(); }
     SUBCASE("separate buffers") { separate_buffers(); }
     SUBCASE("saved state") { state(); }
+    SUBCASE("non-finite") { nonfinite(); }
   }
 
   void all() const {
@@ -432,6 +478,7 @@ struct sync_checks {
     SUBCASE("ternary") { ternary<ternary_codec>(0); }
     SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback<ternary_codec>>(64); }
     SUBCASE("saved state") { state(); }
+    SUBCASE("non-finite") { nonfinite(); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }
   }

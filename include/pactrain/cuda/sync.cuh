@@ -31,6 +31,10 @@
 // kernel), bit for bit as the host engine; ternary_codec with or without error_feedback and
 // scale blocks (current_max scales), also bit for bit (cuda/detail/device_ternary.hpp).
 //
+// allreduce (which synchronises) judges each bucket's result for Inf and NaN and reports it as
+// the host engine does; queued steps cannot know without waiting, so they report none and
+// advance the step counter. save_state/load_state write the host engine's bytes.
+//
 // The engine itself (cuda/detail/device_engine.hpp) is written over the device compactor's
 // execution backend: with thrust_compactor (<pactrain/cuda/thrust_compactor.hpp>) the same
 // engine runs on Thrust, and on Thrust's CPU systems with any host communicator.

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -123,9 +124,12 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   /// codec or rank count, or unequal steps: every rank throws alike, nothing changes.
   void load_state(std::span<const std::byte> in) { this->load(in); }
 
-  /// allreduce_async, then synchronises `stream`.
+  /// allreduce_async, then synchronises `stream` and judges the results as the host engine
+  /// does: stats().nonfinite_buckets counts the buckets holding an Inf or a NaN, and such a
+  /// step leaves the step counter as it was (queued steps cannot know: see sync.cuh).
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {
-    allreduce_async(grads, stream);
+    begin(grads, stream, "allreduce");
+    finish(true);
     exec().synchronize(stream);
   }
 
@@ -135,9 +139,10 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
                      "sync::allreduce: null buffer with " + std::to_string(n) + " entries");
     allreduce(std::span<value_type>(data, n), stream);
   }
-  /// allreduce_async over one buffer per tensor, then synchronises `stream`.
+  /// As above, over one buffer per tensor.
   void allreduce(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
-    allreduce_async(tensors, stream);
+    begin(tensors, stream, "allreduce");
+    finish(true);
     exec().synchronize(stream);
   }
 
@@ -157,6 +162,47 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
     }
   }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
+
+  // --- state hooks (see commit.hpp): the step counter and the ternary codec's residuals;
+  // no scales are carried over (previous_max runs on the host engine only), so a state
+  // records the host engine's current_max zeros for them ---
+
+  struct no_state {};
+  using staged_state =
+      std::conditional_t<is_ternary, typename detail::device_ternary<Exec>::staged_residuals,
+                         no_state>;
+  template <class F>
+  void view_state(F&& f) const {
+    std::vector<value_type> residuals;
+    std::vector<float> scales;
+    if constexpr (is_ternary) {
+      this->step_done_.wait();
+      residuals.resize(this->bufs_.ternary.residual_count());
+      this->bufs_.ternary.download_residuals(exec(), residuals, this->home_);
+      scales.assign(this->bufs_.ternary.scale_word_count(), 0.0f);
+    }
+    f(std::span<const value_type>(residuals), std::span<const float>(scales), false);
+  }
+  [[nodiscard]] std::pair<std::size_t, std::size_t> state_sizes() const noexcept {
+    if constexpr (is_ternary) {
+      return {this->bufs_.ternary.residual_count(), this->bufs_.ternary.scale_word_count()};
+    } else {
+      return {0, 0};
+    }
+  }
+  // A state that passed the fit check was saved with current_max scales (the fit includes
+  // the codec's settings), so its scales are the unused zeros.
+  staged_state stage_state(detail::engine_state<value_type>&& st) const {
+    if constexpr (is_ternary) {
+      this->step_done_.wait();
+      return this->bufs_.ternary.stage_residuals(exec(), st.residuals, this->home_);
+    } else {
+      return {};
+    }
+  }
+  void install_state(staged_state&& staged) noexcept {
+    if constexpr (is_ternary) this->bufs_.ternary.install_residuals(std::move(staged));
+  }
 };
 
 }  // namespace pactrain

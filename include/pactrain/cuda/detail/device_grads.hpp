@@ -120,6 +120,18 @@ class device_grads {
     return {region_[b], layout.buckets()[b].offset, nullptr};
   }
 
+  /// f(first, n) over bucket b's entries in the caller's buffers: one run for a flat buffer,
+  /// else one per tensor.
+  template <class F>
+  void for_each_run(const param_layout& layout, std::size_t b, F&& f) const {
+    const auto& bk = layout.buckets()[b];
+    if (bk.size == 0) return;
+    if (!by_tensor_) return f(flat_.data() + bk.offset, bk.size);
+    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+      if (const std::size_t n = layout.tensors()[i].size; n != 0) f(host_[i], n);
+    }
+  }
+
   /// Copies staged dense bucket b's tensors into its region (nothing if it runs in place).
   void stage_in(const Exec& exec, const param_layout& layout, std::size_t b,
                 stream_type stream) const {

@@ -10,6 +10,9 @@
 // A coded bucket whose scale is not finite comes back all NaN; the ternary residuals and
 // selector advance on device only when every scale of the step is finite
 // (device_ternary.hpp).
+// The verdict is deferred (the host learns it only by waiting): sync::allreduce waits, judges
+// each bucket's result as the host engine does, reports the non-finite ones and keeps the step
+// counter; a queued step (allreduce_async, finish_step) reports none and advances it.
 #pragma once
 
 #include <pactrain/codec.hpp>
@@ -36,6 +39,24 @@
 #include <vector>
 
 namespace pactrain::detail {
+
+/// *flag = 1 where x[i] (float or double) has every exponent bit set: an Inf or a NaN, whatever
+/// the compiler's floating-point flags.
+template <class T>
+struct nonfinite_flag_op {
+  const T* x;
+  std::uint64_t* flag;
+  _CCCL_HOST_DEVICE void operator()(std::size_t i) const noexcept {
+    bool finite = true;
+    if constexpr (sizeof(T) == 4) {
+      finite = (cuda::std::bit_cast<std::uint32_t>(x[i]) & 0x7f800000u) != 0x7f800000u;
+    } else {
+      finite =
+          (cuda::std::bit_cast<std::uint64_t>(x[i]) & 0x7ff0000000000000u) != 0x7ff0000000000000u;
+    }
+    if (!finite) atomic_max(flag, 1);
+  }
+};
 
 /// The step of the device engine over basic_device_compactor<Exec>: gather, reduce and expand
 /// each bucket on the step's stream. Engine is the sync specialisation deriving from it
@@ -79,7 +100,8 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
                   sync_options opt, stream_type stream)
       : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
         home_(stream),
-        io_(this->layout_, stream) {}
+        io_(this->layout_, stream),
+        verdicts_(this->layout_.buckets().size(), stream) {}
 
   device_pipeline(const device_pipeline&) = delete;
   device_pipeline& operator=(const device_pipeline&) = delete;
@@ -105,46 +127,6 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     return n;
   }
   void install_workspace(workspace_buffers&& n) noexcept { bufs_ = std::move(n); }
-
-  // --- state hooks (see commit.hpp): the step counter and the ternary codec's residuals;
-  // no scales are carried over (previous_max runs on the host engine only), so a state
-  // records the host engine's current_max zeros for them ---
-
-  struct no_state {};
-  using staged_state =
-      std::conditional_t<is_ternary, typename device_ternary<Exec>::staged_residuals, no_state>;
-  template <class F>
-  void view_state(F&& f) const {
-    std::vector<value_type> residuals;
-    std::vector<float> scales;
-    if constexpr (is_ternary) {
-      step_done_.wait();
-      residuals.resize(bufs_.ternary.residual_count());
-      bufs_.ternary.download_residuals(exec(), residuals, home_);
-      scales.assign(bufs_.ternary.scale_word_count(), 0.0f);
-    }
-    f(std::span<const value_type>(residuals), std::span<const float>(scales), false);
-  }
-  [[nodiscard]] std::pair<std::size_t, std::size_t> state_sizes() const noexcept {
-    if constexpr (is_ternary) {
-      return {bufs_.ternary.residual_count(), bufs_.ternary.scale_word_count()};
-    } else {
-      return {0, 0};
-    }
-  }
-  // A state that passed the fit check was saved with current_max scales (the fit includes
-  // the codec's settings), so its scales are the unused zeros.
-  staged_state stage_state(engine_state<value_type>&& st) const {
-    if constexpr (is_ternary) {
-      step_done_.wait();
-      return bufs_.ternary.stage_residuals(exec(), st.residuals, home_);
-    } else {
-      return {};
-    }
-  }
-  void install_state(staged_state&& staged) noexcept {
-    if constexpr (is_ternary) bufs_.ternary.install_residuals(std::move(staged));
-  }
 
   const workspace_layout& ws() const noexcept { return this->workspace_; }
   std::span<value_type> bucket_payload(std::size_t b) { return bufs_.bucket_payload(ws(), b); }
@@ -179,7 +161,8 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     }
   }
 
-  void finish() {
+  // `judge`: wait for the step and judge its results (the synchronous step).
+  void finish(bool judge = false) {
     closing_on_error([&] {
       const auto& buckets = this->layout_.buckets();
       {
@@ -211,9 +194,12 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
         const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
         for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
         if constexpr (is_ternary) bufs_.ternary.end_step(exec(), stream_);
+        if (judge) queue_verdicts();
       }
       step_done_.record(Exec::native(stream_));
+      if (judge) read_verdicts();
     });
+    current_.stats().nonfinite_buckets = current_.nonfinite_count();
     current_.close();
     this->end_step(current_.stats(), current_.start());
   }
@@ -327,6 +313,38 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     io_.stage_out(exec(), this->layout_, b, stream_);
   }
 
+  // --- the deferred verdict ---
+
+  // One flag word per bucket, set by any Inf or NaN in its written-back result (pruned
+  // entries are +0 by now).
+  void queue_verdicts() {
+    exec().zero(verdicts_.data(), verdicts_.size(), stream_);
+    for (std::size_t b = 0; b < verdicts_.size(); ++b) {
+      io_.for_each_run(this->layout_, b, [&](const value_type* first, std::size_t n) {
+        exec().for_each(n, nonfinite_flag_op<value_type>{first, verdicts_.data() + b}, stream_);
+      });
+    }
+  }
+  // Waits for the step; marks its non-finite buckets. The residuals were kept if every scale
+  // was finite (a scaled bucket's result is non-finite exactly when its scale is); a
+  // non-finite plain bucket then takes them back, as on the host engine.
+  void read_verdicts() {
+    verdicts_host_.resize(verdicts_.size());
+    exec().download(verdicts_host_.data(), verdicts_.data(), verdicts_.size(), stream_);
+    bool kept = true;
+    for (std::size_t b = 0; b < verdicts_host_.size(); ++b) {
+      if (verdicts_host_[b] == 0) continue;
+      current_.mark_nonfinite(b);
+      kept = kept && !scaled(b);
+    }
+    if constexpr (is_ternary) {
+      if (kept && current_.nonfinite_count() != 0) {
+        bufs_.ternary.revert_step(exec(), stream_);
+        step_done_.record(Exec::native(stream_));
+      }
+    }
+  }
+
   // --- ternary_codec (see device_ternary.hpp) ---
 
   // A coded bucket with codec input: it needs scales.
@@ -373,8 +391,10 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
   device_grads<value_type, Exec> io_;  // the gradients of the open step
   typename Exec::event step_done_;     // the end of the last step
   workspace_buffers bufs_;             // of the last commit
-  step_state current_;                 // the open step
-  stream_type stream_{};               // its stream
+  typename Exec::template buffer<std::uint64_t> verdicts_;  // per bucket: the deferred verdict
+  std::vector<std::uint64_t> verdicts_host_;
+  step_state current_;    // the open step
+  stream_type stream_{};  // its stream
 };
 
 }  // namespace pactrain::detail

@@ -165,6 +165,12 @@ struct commit_residuals_op {
   }
 };
 
+/// Undoes commit_residuals_op's flip. One item.
+struct revert_residuals_op {
+  int* select;
+  _CCCL_HOST_DEVICE void operator()(std::size_t) const noexcept { *select = 1 - *select; }
+};
+
 /// The device engine's ternary state for one commit: every bucket's scale words (submitted
 /// buckets reduce theirs in place; finish_step packs the others into one round), and with
 /// feedback the two residual buffers and their selector.
@@ -278,6 +284,12 @@ class device_ternary {
                                {slot, block_},
                                block_ == 0 ? slot : largest_.data() + b};
     exec.for_each(n, op, s);
+  }
+
+  /// Error feedback: undoes end_step's flip, for a step whose scales were all finite but
+  /// whose plain buckets were not (the deferred verdict of a synchronous step).
+  void revert_step(const Exec& exec, stream_type s) {
+    if (!residual_[0].empty()) exec.for_each(1, revert_residuals_op{select_.data()}, s);
   }
 
   // --- error feedback's residuals across a resume (sync::save_state, load_state) ---
