@@ -93,7 +93,11 @@ if [[ -z $machine ]]; then
   cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
   isa=AVX2
   grep -qw avx512f /proc/cpuinfo && isa=AVX-512
-  machine="$(nproc) cores of $cpu ($isa), $(. /etc/os-release && echo "$PRETTY_NAME"), one rank per testbed host"
+  # Family and model too: virtual machines of different CPU generations can report one model
+  # name, and their floating-point results differ.
+  family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  model=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  machine="$(nproc) cores of $cpu ($isa, family $family model $model), $(. /etc/os-release && echo "$PRETTY_NAME"), one rank per testbed host"
 fi
 
 if [[ "${PACTRAIN_REPORT_ONLY:-0}" != 1 ]]; then
