@@ -193,8 +193,13 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
         phase_timer t(current_.stats().scatter_seconds);
         const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
         for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
-        if constexpr (is_ternary) bufs_.ternary.end_step(exec(), stream_);
         if (judge) queue_verdicts();
+        if constexpr (is_ternary) {
+          bufs_.ternary.end_step(
+              exec(), stream_,
+              judge ? std::span<const std::uint64_t>(verdicts_.data(), verdicts_.size())
+                    : std::span<const std::uint64_t>{});
+        }
       }
       step_done_.record(Exec::native(stream_));
       if (judge) read_verdicts();
@@ -325,23 +330,13 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
       });
     }
   }
-  // Waits for the step; marks its non-finite buckets. The residuals were kept if every scale
-  // was finite (a scaled bucket's result is non-finite exactly when its scale is); a
-  // non-finite plain bucket then takes them back, as on the host engine.
+  // Waits for the step; marks its non-finite buckets (the ternary residuals' rule read the
+  // same flags on the device).
   void read_verdicts() {
     verdicts_host_.resize(verdicts_.size());
     exec().download(verdicts_host_.data(), verdicts_.data(), verdicts_.size(), stream_);
-    bool kept = true;
     for (std::size_t b = 0; b < verdicts_host_.size(); ++b) {
-      if (verdicts_host_[b] == 0) continue;
-      current_.mark_nonfinite(b);
-      kept = kept && !scaled(b);
-    }
-    if constexpr (is_ternary) {
-      if (kept && current_.nonfinite_count() != 0) {
-        bufs_.ternary.revert_step(exec(), stream_);
-        step_done_.record(Exec::native(stream_));
-      }
+      if (verdicts_host_[b] != 0) current_.mark_nonfinite(b);
     }
   }
 

@@ -152,6 +152,8 @@ struct commit_residuals_op {
   std::size_t word_count;
   const std::uint64_t* round;  // finish_step's round (one scale per bucket), or none
   std::size_t round_count;
+  const std::uint64_t* verdicts;  // a synchronous step's per-bucket flags (non-zero: not
+  std::size_t verdict_count;      // finite), or none
   int* select;
 
   _CCCL_HOST_DEVICE void operator()(std::size_t) const noexcept {
@@ -161,14 +163,11 @@ struct commit_residuals_op {
     for (std::size_t k = 0; k < round_count; ++k) {
       if (!finite_word(round[k])) return;
     }
+    for (std::size_t k = 0; k < verdict_count; ++k) {
+      if (verdicts[k] != 0) return;
+    }
     *select = 1 - *select;
   }
-};
-
-/// Undoes commit_residuals_op's flip. One item.
-struct revert_residuals_op {
-  int* select;
-  _CCCL_HOST_DEVICE void operator()(std::size_t) const noexcept { *select = 1 - *select; }
 };
 
 /// The device engine's ternary state for one commit: every bucket's scale words (submitted
@@ -286,12 +285,6 @@ class device_ternary {
     exec.for_each(n, op, s);
   }
 
-  /// Error feedback: undoes end_step's flip, for a step whose scales were all finite but
-  /// whose plain buckets were not (the deferred verdict of a synchronous step).
-  void revert_step(const Exec& exec, stream_type s) {
-    if (!residual_[0].empty()) exec.for_each(1, revert_residuals_op{select_.data()}, s);
-  }
-
   // --- error feedback's residuals across a resume (sync::save_state, load_state) ---
 
   /// Residual entries (codec input order; none without feedback), and scale words.
@@ -327,13 +320,15 @@ class device_ternary {
   }
 
   /// Error feedback: keeps the step's new residuals if all its scales were finite.
-  void end_step(const Exec& exec, stream_type s) {
+  /// `verdicts`: a synchronous step's per-bucket flags, which also see plain buckets.
+  void end_step(const Exec& exec, stream_type s, std::span<const std::uint64_t> verdicts = {}) {
     if (residual_[0].empty()) return;
     const bool blocks = block_ != 0;
     exec.for_each(1,
                   commit_residuals_op{blocks ? largest_.data() : words_.data(),
                                       blocks ? largest_.size() : words_.size(), round_.data(),
-                                      blocks ? 0 : round_used_, select_.data()},
+                                      blocks ? 0 : round_used_, verdicts.data(), verdicts.size(),
+                                      select_.data()},
                   s);
   }
 

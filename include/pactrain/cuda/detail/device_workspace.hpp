@@ -36,7 +36,7 @@ struct device_workspace {
   buffer<value_type> payload;
   buffer<wire_type> wire;  // coded buckets only
   std::conditional_t<is_ternary, device_ternary<Exec>, no_ternary> ternary;
-  bucket_table<Exec> buckets;   // one gather and one scatter launch per bucket
+  bucket_table<Exec> buckets;  // one gather and one scatter launch per bucket
   device_collectives<Comm, Exec, StreamOrdered> collectives;
 
   /// Every buffer for workspace `w` and `plans`, allocated and uploaded on `home` (ready for
