@@ -24,6 +24,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -362,6 +363,98 @@ struct sync_checks {
     step(ds, hs2, 51);  // as before the refused loads and the step since
   }
 
+  // Checked steps (sync_options::checked), with the host engine's expectations
+  // (tests/mpi/sync/checked_mpi_test.cpp): the results of unchecked steps bit for bit and one
+  // agreement round more; a mistake on one rank (a wrong length, another submission order, a
+  // bucket submitted twice) is the same error on every rank, and the gradients and the
+  // engine's state stay as they were.
+  void checked() const {
+    using Codec = error_feedback<ternary_codec>;
+    using device_sync = pactrain::sync<comm_type, Codec, bitmap_mask, Compactor>;
+    using B = bucket_strategy;
+    const auto l = small_layout();
+    const ternary_codec codec{ternary_options{.seed = 9}};
+    device_sync dc{make_comm(), l, codec, sync_options{.checked = true}, stream};
+    device_sync du{make_comm(), l, codec, sync_options{}, stream};
+    pactrain::sync<host_comm_type, Codec> hc{make_host_comm(), l, codec,
+                                             sync_options{.checked = true}};
+    commit_all(masks_for<bitmap_mask>(l, 0.5, 3), {B::sparse, B::dense, B::sparse}, dc, du, hc);
+    const auto run = [&](device_sync& e, array<float>& g, const std::vector<std::size_t>& order) {
+      e.begin_step(g.span(), stream);
+      for (const auto b : order) e.submit_bucket(b);
+      e.finish_step();
+      exec{}.synchronize(stream);
+    };
+    for (std::uint64_t k = 0; k < 3; ++k) {
+      auto g = grads(l.total_size(), 70 + k);
+      array<float> gc(g);
+      array<float> gu(g);
+      run(dc, gc, {2, 0});
+      run(du, gu, {2, 0});
+      hc.begin_step(std::span<float>(g));
+      hc.submit_bucket(2);
+      hc.submit_bucket(0);
+      hc.finish_step();
+      CHECK(bad_entries(gc.host(), gu.host()) == 0);
+      CHECK(bad_entries(gc.host(), g) == 0);
+    }
+    CHECK(dc.stats().collectives == du.stats().collectives + 1);
+    CHECK(dc.stats().bytes_sent == du.stats().bytes_sent + 88);
+    CHECK(dc.stats().collectives == hc.stats().collectives);
+    CHECK(dc.step() == 3);
+
+    auto host = make_host_comm();
+    const int last = host.size() - 1;
+    const auto same_everywhere = [&](const std::string& text) {
+      const auto d = digest_builder().add(text).value();
+      std::uint64_t v[2] = {d, ~d};
+      host.allreduce(std::span<std::uint64_t>(v), reduce_op::max);
+      return v[0] == ~v[1];
+    };
+    const auto refused = [&](auto&& f, const std::string& expected) {
+      const auto g0 = grads(l.total_size(), 80);
+      array<float> g(g0);
+      const auto before = dc.save_state();
+      std::string what;
+      try {
+        f(g);
+      } catch (const error& e) {
+        what = e.what();
+      }
+      CHECK(same_everywhere(what));
+      CHECK(what == expected);
+      CHECK(g.host() == g0);
+      CHECK_FALSE(dc.step_open());
+      CHECK(dc.save_state() == before);
+    };
+    const std::string on_last = "pactrain: finish_step rejected on rank " + std::to_string(last);
+    const std::size_t n = l.total_size();
+    refused(
+        [&](array<float>& g) { dc.allreduce(g.span().first(rank == last ? n - 1 : n), stream); },
+        on_last + ": sync::allreduce: buffer has " + std::to_string(n - 1) +
+            " entries, the layout " + std::to_string(n));
+    refused(
+        [&](array<float>& g) {
+          run(dc, g, rank == last ? std::vector<std::size_t>{1, 1} : std::vector<std::size_t>{1});
+        },
+        on_last + ": sync::submit_bucket: bucket 1 was already submitted in this step");
+    if (last > 0) {
+      refused(
+          [&](array<float>& g) {
+            run(dc, g, rank == 0 ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{1, 0});
+          },
+          "pactrain: finish_step: bucket submission orders differ across ranks");
+    }
+    // The engine goes on as if those steps had not been tried.
+    const auto g = grads(l.total_size(), 90);
+    array<float> gc(g);
+    array<float> gu(g);
+    run(dc, gc, {});
+    run(du, gu, {});
+    CHECK(bad_entries(gc.host(), gu.host()) == 0);
+    CHECK(dc.step() == du.step());
+  }
+
   // An Inf in plain buckets' results: the device engine's synchronous allreduce reports the
   // host engine's non-finite buckets and keeps the step counter, with the same results bit for
   // bit; a queued step cannot know, reports none and advances the counter.
@@ -478,6 +571,7 @@ struct sync_checks {
     SUBCASE("ternary") { ternary<ternary_codec>(0); }
     SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback<ternary_codec>>(64); }
     SUBCASE("saved state") { state(); }
+    SUBCASE("checked steps") { checked(); }
     SUBCASE("non-finite") { nonfinite(); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }

@@ -37,7 +37,6 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   using pipeline = detail::device_pipeline<sync, Comm, Codec, Mask, Exec>;
   using core = detail::sync_core<sync, Comm, Codec, Mask, compactor_t>;
   friend core;
-  static constexpr bool checked_supported = false;  // sync_options::checked: host engine only
   using pipeline::is_ternary;
 
  public:
@@ -73,16 +72,17 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   using core::set_strategies;
 
   /// Averages `grads` (device memory, the flat buffer of all tensors) across ranks in place,
-  /// queued on `stream`; pruned entries come back as +0. Never synchronises. Bad input
+  /// queued on `stream`; pruned entries come back as +0. Never synchronises (with
+  /// sync_options::checked its agreement round waits for every rank on the host). Bad input
   /// throws pactrain::error before anything is queued.
   void allreduce_async(std::span<value_type> grads, stream_type stream = {}) {
-    begin(grads, stream, "allreduce");
+    begin(grads, "allreduce", stream);
     finish();
   }
   /// As above, with each tensor in a buffer of its own (device memory, layout order). A dense
   /// bucket whose tensors do not lie back to back goes through a staging copy.
   void allreduce_async(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
-    begin(tensors, stream, "allreduce");
+    begin(tensors, "allreduce", stream);
     finish();
   }
 
@@ -90,29 +90,22 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   /// must stay alive, and each bucket's entries untouched from its submission until the work
   /// finish_step queues has run.
   void begin_step(std::span<value_type> grads, stream_type stream = {}) {
-    begin(grads, stream, "begin_step");
+    begin(grads, "begin_step", stream);
   }
   /// As above, with each tensor in a buffer of its own.
   void begin_step(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
-    begin(tensors, stream, "begin_step");
+    begin(tensors, "begin_step", stream);
   }
   /// Collective: bucket `b`'s gradients are final on the step's stream; queues its gather and
   /// allreduce there now, so that they overlap the backward pass of the next buckets. Every
   /// rank submits the same buckets in the same order.
-  void submit_bucket(std::size_t b) {
-    this->current_.check_open("submit_bucket");
-    this->check_bucket(b, "submit_bucket");
-    this->submit(b);
-  }
+  void submit_bucket(std::size_t b) { this->submit(b); }
   /// Collective: submits, in layout order, every bucket not yet submitted (grouped where the
   /// communicator can), then queues every bucket's scatter of the mean. Closes the step;
   /// never synchronises.
-  void finish_step() {
-    this->current_.check_open("finish_step");
-    finish();
-  }
+  void finish_step() { finish(); }
   /// True between begin_step and finish_step.
-  [[nodiscard]] bool step_open() const noexcept { return this->current_.open(); }
+  using core::step_open;
 
   /// Waits for the last step; what a resumed run needs besides masks and strategies (the step
   /// counter, error feedback's residuals), in the host engine's format: a state saved by either
@@ -128,7 +121,7 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   /// does: stats().nonfinite_buckets counts the buckets holding an Inf or a NaN, and such a
   /// step leaves the step counter as it was (queued steps cannot know: see sync.cuh).
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {
-    begin(grads, stream, "allreduce");
+    begin(grads, "allreduce", stream);
     finish(true);
     exec().synchronize(stream);
   }
@@ -141,15 +134,15 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   }
   /// As above, over one buffer per tensor.
   void allreduce(std::span<const std::span<value_type>> tensors, stream_type stream = {}) {
-    begin(tensors, stream, "allreduce");
+    begin(tensors, "allreduce", stream);
     finish(true);
     exec().synchronize(stream);
   }
 
  private:
-  using pipeline::begin;
+  using core::begin;
+  using core::finish;
   using pipeline::exec;
-  using pipeline::finish;
 
   // --- commit hooks (see detail/sync/commit.hpp; the buffers' are the pipeline's) ---
 

@@ -132,14 +132,17 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
   std::span<value_type> bucket_payload(std::size_t b) { return bufs_.bucket_payload(ws(), b); }
   std::span<wire_type> bucket_wire(std::size_t b) { return bufs_.bucket_wire(ws(), b); }
 
-  // --- the step ---
+  // --- step hooks (see detail/sync/commit.hpp); bad input throws before anything is queued
+  // and leaves no step open ---
 
-  // Bad input throws before anything is queued and leaves no step open. `grads`: one flat
-  // buffer or one per tensor; `op`: "allreduce" or "begin_step".
+  step_state& current() noexcept { return current_; }
+  const step_state& current() const noexcept { return current_; }
+  // `grads`: one flat buffer or one per tensor; `op`: "allreduce" or "begin_step".
   template <class Grads>
-  void begin(Grads grads, stream_type stream, const char* op) {
-    current_.check_closed(op);
+  void set_views(Grads grads, const char* op) {
     io_.set(this->layout_, grads, op);
+  }
+  void open_step(stream_type stream) {
     // The payload is shared: a step on another stream runs after the previous one, without
     // blocking the host.
     step_done_.order(Exec::native(stream));
@@ -148,62 +151,50 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     stream_ = stream;
     current_.begin(this->layout_.buckets().size(), this->begin_stats());
   }
-
-  // Runs f; if it throws, the step is closed (what was queued still runs) and the error
-  // propagates.
-  template <class F>
-  void closing_on_error(F&& f) {
-    try {
-      f();
-    } catch (...) {
-      current_.close();
-      throw;
-    }
-  }
+  // What was queued still runs.
+  void abandon_step() noexcept { current_.close(); }
 
   // `judge`: wait for the step and judge its results (the synchronous step).
-  void finish(bool judge = false) {
-    closing_on_error([&] {
-      const auto& buckets = this->layout_.buckets();
-      {
-        phase_timer t(current_.stats().gather_seconds);
-        for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (current_.submitted(b)) continue;
-          if constexpr (is_ternary) {
-            if (scaled(b)) bufs_.ternary.in_round(b);
-          }
-          gather_one(b);
-        }
-      }
-      if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
-        if (!bufs_.ternary.round().empty()) {
-          phase_timer t(current_.stats().allreduce_seconds);
-          bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, current_.stats());
-        }
-        phase_timer t(current_.stats().gather_seconds);
-        for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (!current_.submitted(b) && scaled(b)) encode_one(b);
-        }
-      }
-      {
-        phase_timer t(current_.stats().allreduce_seconds);
-        reduce_rest();
-      }
-      {
-        phase_timer t(current_.stats().scatter_seconds);
-        const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
-        for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
-        if (judge) queue_verdicts();
+  void finish_now(bool judge = false) {
+    const auto& buckets = this->layout_.buckets();
+    {
+      phase_timer t(current_.stats().gather_seconds);
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        if (current_.submitted(b)) continue;
         if constexpr (is_ternary) {
-          bufs_.ternary.end_step(
-              exec(), stream_,
-              judge ? std::span<const std::uint64_t>(verdicts_.data(), verdicts_.size())
-                    : std::span<const std::uint64_t>{});
+          if (scaled(b)) bufs_.ternary.in_round(b);
         }
+        gather_one(b);
       }
-      step_done_.record(Exec::native(stream_));
-      if (judge) read_verdicts();
-    });
+    }
+    if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
+      if (!bufs_.ternary.round().empty()) {
+        phase_timer t(current_.stats().allreduce_seconds);
+        bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, current_.stats());
+      }
+      phase_timer t(current_.stats().gather_seconds);
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        if (!current_.submitted(b) && scaled(b)) encode_one(b);
+      }
+    }
+    {
+      phase_timer t(current_.stats().allreduce_seconds);
+      reduce_rest();
+    }
+    {
+      phase_timer t(current_.stats().scatter_seconds);
+      const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
+      for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
+      if (judge) queue_verdicts();
+      if constexpr (is_ternary) {
+        bufs_.ternary.end_step(
+            exec(), stream_,
+            judge ? std::span<const std::uint64_t>(verdicts_.data(), verdicts_.size())
+                  : std::span<const std::uint64_t>{});
+      }
+    }
+    step_done_.record(Exec::native(stream_));
+    if (judge) read_verdicts();
     current_.stats().nonfinite_buckets = current_.nonfinite_count();
     current_.close();
     this->end_step(current_.stats(), current_.start());
@@ -211,22 +202,19 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
 
   // Bucket b's gather and collective now (the step's submit_bucket); a scaled ternary bucket
   // takes a MAX round of its own first.
-  void submit(std::size_t b) {
-    current_.check_unsubmitted(b);
-    closing_on_error([&] {
-      if constexpr (is_ternary) {
-        if (scaled(b)) bufs_.ternary.own(b);
+  void submit_now(std::size_t b) {
+    if constexpr (is_ternary) {
+      if (scaled(b)) bufs_.ternary.own(b);
+    }
+    gather_one(b);
+    if constexpr (is_ternary) {
+      if (scaled(b)) {
+        bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, current_.stats());
+        encode_one(b);
       }
-      gather_one(b);
-      if constexpr (is_ternary) {
-        if (scaled(b)) {
-          bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, current_.stats());
-          encode_one(b);
-        }
-      }
-      reduce_one(b);
-      current_.mark_submitted(b);
-    });
+    }
+    reduce_one(b);
+    current_.mark_submitted(b);
   }
 
   // Gathers sparse bucket b's payload (a codec's encode fused in where the bucket is coded);

@@ -1,11 +1,9 @@
-// The host engine under the public facade (pactrain/sync.hpp): the step's entry points,
-// checked steps, the commit hooks and the state across a resume, over the bucket pipeline of
-// host_pipeline.hpp.
+// The host engine under the public facade (pactrain/sync.hpp): the hooks of the shared core
+// (commit.hpp: the step's entry points, checked steps, the commit and the state across a
+// resume) over the bucket pipeline of host_pipeline.hpp.
 #pragma once
 
 #include <pactrain/communicator.hpp>
-#include <pactrain/detail/agreement.hpp>
-#include <pactrain/detail/sync/checked_step.hpp>
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/host_pipeline.hpp>
 #include <pactrain/detail/sync/host_workspace.hpp>
@@ -13,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <span>
 #include <string>
 #include <utility>
@@ -37,85 +34,29 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
  protected:
   using pipeline::current_;
   using pipeline::feedback;
-  using pipeline::finish_now;
-  using pipeline::guarded;
   using pipeline::is_identity;
-  using pipeline::open_step;
   using pipeline::residual_;
   using pipeline::scales_;
-  using pipeline::submit_now;
 
   host_engine(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
       : pipeline(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {
     this->commit_full("sync");
   }
 
-  // --- the step ---
-
-  template <class Views>
-  void begin(Views views, const char* op) {
-    if (this->options_.checked) return begin_checked(views, op);
-    current_.set_views(this->layout_, views, op);
-    open_step();
-  }
-
-  void submit(std::size_t b) {
-    current_.check_open("submit_bucket");
-    if (this->options_.checked) return checked_.request(b);
-    this->check_bucket(b, "submit_bucket");
-    current_.check_unsubmitted(b);
-    guarded([&] { submit_now(b); });
-  }
-
-  // `update`: null, or the fused optimizer step (see sync.hpp) that takes the results.
-  template <class Update = no_update>
-  void finish(Update* update = nullptr) {
-    if (this->options_.checked) agree_checked();
-    current_.check_open("finish_step");
-    guarded([&] {
-      if (this->options_.checked) {
-        for (const auto b : checked_.order()) submit_now(b);
-      }
-      finish_now(update);
-    });
-  }
-
-  static constexpr bool checked_supported = true;
-
   [[nodiscard]] std::span<const value_type> residuals() const noexcept { return residual_; }
-  [[nodiscard]] bool step_open() const noexcept { return current_.open(); }
 
  private:
-  // --- checked steps (sync_options::checked; see checked_step.hpp) ---
+  // --- step hooks (see commit.hpp) ---
 
+  [[nodiscard]] auto& current() noexcept { return current_; }
+  [[nodiscard]] const auto& current() const noexcept { return current_; }
   template <class Views>
-  void begin_checked(Views views, const char* op) {
-    if (current_.open()) {
-      checked_.fail(std::string("sync::") + op + ": a step is open (begun and not finished)");
-      return;
-    }
-    checked_.open(this->layout_.buckets().size());
-    try {
-      current_.set_views(this->layout_, views, op);
-    } catch (const std::exception& e) {
-      checked_.fail(e.what());
-    }
-    open_step();
+  void set_views(Views views, const char* op) {
+    current_.set_views(this->layout_, views, op);
   }
-
-  // One agreement round: every rank's verdict, the submission order, and what is committed.
-  void agree_checked() {
-    try {
-      agree(this->comm_, checked_.agreement(this->layout_, current_.open(), this->codec_digest(),
-                                            this->mask_digests_));
-    } catch (...) {
-      current_.close();
-      scales_.abandon();
-      throw;
-    }
-    auto& s = current_.stats();
-    ++s.collectives;
-    s.bytes_sent += agreement_words * sizeof(std::uint64_t);
+  void abandon_step() noexcept {
+    current_.close();
+    scales_.abandon();
   }
 
   // --- commit hooks (see commit.hpp) ---
@@ -158,8 +99,6 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
     residual_ = std::move(st.residuals);
     scales_.restore(std::move(st.scales), st.scales_ready);
   }
-
-  checked_step checked_;  // sync_options::checked: the step's record
 };
 
 }  // namespace pactrain::detail

@@ -18,9 +18,7 @@
 #include <pactrain/codec.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
-#include <pactrain/detail/agreement.hpp>
 #include <pactrain/detail/finite.hpp>
-#include <pactrain/detail/sync/checked_step.hpp>
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/host_buckets.hpp>
 #include <pactrain/detail/sync/host_step.hpp>
@@ -36,10 +34,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <limits>
 #include <span>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -102,8 +98,9 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
     }
   }
 
-  template <class Update>
-  void finish_now(Update* update) {
+  // `update`: null, or the fused optimizer step (see sync.hpp) that takes the results.
+  template <class Update = no_update>
+  void finish_now(Update* update = nullptr) {
     send_scaled();
     // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
     // allreduce moves while the next one is compacted; the others wait for one round.
@@ -121,19 +118,6 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
     if (!due.empty()) scales_.reduce_due(this->comm_, current_.stats());
     for (const auto b : due) send(b);
     complete(update);
-  }
-
-  // A failure inside a step (a communication error, an allocation) abandons the step, so the
-  // engine can begin another; what was already written to the buffer stays.
-  template <class F>
-  void guarded(F&& f) {
-    try {
-      f();
-    } catch (...) {
-      current_.close();
-      scales_.abandon();
-      throw;
-    }
   }
 
   [[nodiscard]] bool needs_scale(std::size_t b) const {
