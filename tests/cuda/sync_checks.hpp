@@ -239,9 +239,10 @@ struct sync_checks {
   // synchronous allreduce reports it and keeps the step counter as the host engine does, its
   // queued step (which cannot know without waiting) advances the counter.
   template <class Codec>
-  void ternary(std::size_t scale_block) const {
+  void ternary(std::size_t scale_block, scale_source source = scale_source::current_max) const {
     const auto l = small_layout();
-    const ternary_codec codec{ternary_options{.seed = 5, .scale_block = scale_block}};
+    const ternary_codec codec{
+        ternary_options{.seed = 5, .scale = source, .scale_block = scale_block}};
     pactrain::sync<comm_type, Codec, bitmap_mask, Compactor> ds{make_comm(), l, codec,
                                                                 sync_options{}, stream};
     pactrain::sync<host_comm_type, Codec> hs{make_host_comm(), l, codec};
@@ -305,23 +306,19 @@ struct sync_checks {
     CHECK(ds.stats().nonfinite_buckets == 0);
     hs.set_step(ds.step());
     run(true, false);
-    const ternary_codec previous{ternary_options{.scale = scale_source::previous_max}};
-    CHECK_THROWS_WITH_AS((pactrain::sync<comm_type, ternary_codec, bitmap_mask, Compactor>{
-                             make_comm(), l, previous, sync_options{}, stream}),
-                         doctest::Contains("previous_max scales run on the host engine only"),
-                         error);
+    run(false, false);
   }
 
   // save_state and load_state, one format for both engines: after the same steps the device
   // engine saves the host engine's bytes, and a state saved by either resumes the other bit for
   // bit. A corrupt state, or one loaded or saved while a step is open, is refused and changes
   // nothing.
-  void state() const {
+  void state(scale_source source = scale_source::current_max) const {
     using Codec = error_feedback<ternary_codec>;
     using device_sync = pactrain::sync<comm_type, Codec, bitmap_mask, Compactor>;
     using host_sync = pactrain::sync<host_comm_type, Codec>;
     const auto l = small_layout();
-    const ternary_codec codec{ternary_options{.seed = 9, .scale_block = 64}};
+    const ternary_codec codec{ternary_options{.seed = 9, .scale = source, .scale_block = 64}};
     const auto masks = masks_for<bitmap_mask>(l, 0.3, 21);
     using B = bucket_strategy;
     const std::vector<B> st{B::sparse, B::dense, B::sparse};
@@ -570,7 +567,12 @@ struct sync_checks {
     SUBCASE("separate buffers") { separate_buffers(); }
     SUBCASE("ternary") { ternary<ternary_codec>(0); }
     SUBCASE("ternary, error feedback, scale blocks") { ternary<error_feedback<ternary_codec>>(64); }
+    SUBCASE("ternary, previous_max") { ternary<ternary_codec>(0, scale_source::previous_max); }
+    SUBCASE("ternary, error feedback, scale blocks, previous_max") {
+      ternary<error_feedback<ternary_codec>>(64, scale_source::previous_max);
+    }
     SUBCASE("saved state") { state(); }
+    SUBCASE("saved state, previous_max") { state(scale_source::previous_max); }
     SUBCASE("checked steps") { checked(); }
     SUBCASE("non-finite") { nonfinite(); }
     SUBCASE("fully pruned") { fully_pruned(); }

@@ -29,7 +29,8 @@
 // Codecs: identity_codec<float|double>, and fp16_codec/bf16_codec with the rounding fused into
 // the gather and the widening and 1/P into the scatter (dense buckets: an encode and a decode
 // kernel), bit for bit as the host engine; ternary_codec with or without error_feedback and
-// scale blocks (current_max scales), also bit for bit (cuda/detail/device_ternary.hpp).
+// scale blocks, current_max or previous_max scales, also bit for bit
+// (cuda/detail/device_ternary.hpp; previous_max after a queued non-finite step: cuda.md).
 //
 // allreduce (which synchronises) judges each bucket's result for Inf and NaN and reports it as
 // the host engine does; queued steps cannot know without waiting, so they report none and

@@ -146,35 +146,27 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
 
   // --- commit hooks (see detail/sync/commit.hpp; the buffers' are the pipeline's) ---
 
-  void check_commit(const char* op) const {
-    this->current_.check_closed(op);
-    if constexpr (is_ternary) {
-      PACTRAIN_EXPECTS(!this->codec_.scale_from_previous_step(),
-                       "ternary_codec's previous_max scales run on the host engine only; on "
-                       "device buffers use scale_source::current_max");
-    }
-  }
+  void check_commit(const char* op) const { this->current_.check_closed(op); }
   static void check_strategy(bucket_strategy) noexcept {}  // all four run here
 
-  // --- state hooks (see commit.hpp): the step counter and the ternary codec's residuals;
-  // no scales are carried over (previous_max runs on the host engine only), so a state
-  // records the host engine's current_max zeros for them ---
+  // --- state hooks (see commit.hpp): the step counter, and the ternary codec's residuals and
+  // previous_max scales (zeros with current_max, as the host engine saves) ---
 
   struct no_state {};
   using staged_state =
-      std::conditional_t<is_ternary, typename detail::device_ternary<Exec>::staged_residuals,
-                         no_state>;
+      std::conditional_t<is_ternary, typename detail::device_ternary<Exec>::staged_state, no_state>;
   template <class F>
   void view_state(F&& f) const {
     std::vector<value_type> residuals;
     std::vector<float> scales;
+    bool ready = false;
     if constexpr (is_ternary) {
       this->step_done_.wait();
       residuals.resize(this->bufs_.ternary.residual_count());
-      this->bufs_.ternary.download_residuals(exec(), residuals, this->home_);
-      scales.assign(this->bufs_.ternary.scale_word_count(), 0.0f);
+      scales.resize(this->bufs_.ternary.scale_word_count());
+      this->bufs_.ternary.download_state(exec(), residuals, scales, ready, this->home_);
     }
-    f(std::span<const value_type>(residuals), std::span<const float>(scales), false);
+    f(std::span<const value_type>(residuals), std::span<const float>(scales), ready);
   }
   [[nodiscard]] std::pair<std::size_t, std::size_t> state_sizes() const noexcept {
     if constexpr (is_ternary) {
@@ -183,18 +175,17 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
       return {0, 0};
     }
   }
-  // A state that passed the fit check was saved with current_max scales (the fit includes
-  // the codec's settings), so its scales are the unused zeros.
   staged_state stage_state(detail::engine_state<value_type>&& st) const {
     if constexpr (is_ternary) {
       this->step_done_.wait();
-      return this->bufs_.ternary.stage_residuals(exec(), st.residuals, this->home_);
+      return this->bufs_.ternary.stage_state(exec(), st.residuals, st.scales, st.scales_ready,
+                                             this->home_);
     } else {
       return {};
     }
   }
   void install_state(staged_state&& staged) noexcept {
-    if constexpr (is_ternary) this->bufs_.ternary.install_residuals(std::move(staged));
+    if constexpr (is_ternary) this->bufs_.ternary.install_state(std::move(staged));
   }
 };
 

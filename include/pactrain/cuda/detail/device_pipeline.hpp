@@ -23,6 +23,7 @@
 #include <pactrain/cuda/detail/device_grads.hpp>
 #include <pactrain/cuda/detail/device_ops.hpp>
 #include <pactrain/cuda/detail/device_ternary.hpp>
+#include <pactrain/cuda/detail/device_words.hpp>
 #include <pactrain/cuda/detail/device_workspace.hpp>
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
@@ -39,24 +40,6 @@
 #include <vector>
 
 namespace pactrain::detail {
-
-/// *flag = 1 where x[i] (float or double) has every exponent bit set: an Inf or a NaN, whatever
-/// the compiler's floating-point flags.
-template <class T>
-struct nonfinite_flag_op {
-  const T* x;
-  std::uint64_t* flag;
-  _CCCL_HOST_DEVICE void operator()(std::size_t i) const noexcept {
-    bool finite = true;
-    if constexpr (sizeof(T) == 4) {
-      finite = (cuda::std::bit_cast<std::uint32_t>(x[i]) & 0x7f800000u) != 0x7f800000u;
-    } else {
-      finite =
-          (cuda::std::bit_cast<std::uint64_t>(x[i]) & 0x7ff0000000000000u) != 0x7ff0000000000000u;
-    }
-    if (!finite) atomic_max(flag, 1);
-  }
-};
 
 /// The step of the device engine over basic_device_compactor<Exec>: gather, reduce and expand
 /// each bucket on the step's stream. Engine is the sync specialisation deriving from it
@@ -157,32 +140,46 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
   // `judge`: wait for the step and judge its results (the synchronous step).
   void finish_now(bool judge = false) {
     const auto& buckets = this->layout_.buckets();
+    auto& st = current_.stats();
     {
-      phase_timer t(current_.stats().gather_seconds);
+      phase_timer t(st.gather_seconds);
       for (std::size_t b = 0; b < buckets.size(); ++b) {
         if (current_.submitted(b)) continue;
         if constexpr (is_ternary) {
-          if (scaled(b)) bufs_.ternary.in_round(b);
+          if (scaled(b)) (void)(reusing() ? bufs_.ternary.own(b) : bufs_.ternary.in_round(b));
         }
         gather_one(b);
       }
     }
     if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
       if (!bufs_.ternary.round().empty()) {
-        phase_timer t(current_.stats().allreduce_seconds);
-        bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, current_.stats());
+        phase_timer t(st.allreduce_seconds);
+        bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, st);
       }
-      phase_timer t(current_.stats().gather_seconds);
+      phase_timer t(st.gather_seconds);
       for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (!current_.submitted(b) && scaled(b)) encode_one(b);
+        if (current_.submitted(b) || !scaled(b)) continue;
+        if (!reusing()) bufs_.ternary.note_verdict(exec(), b, stream_);
+        encode_one(b);
       }
     }
     {
-      phase_timer t(current_.stats().allreduce_seconds);
+      phase_timer t(st.allreduce_seconds);
       reduce_rest();
     }
+    // previous_max: the round of the next step's scales, which also judges this step's.
+    const bool next = reusing() && ws().codec_input_size() != 0;
+    if constexpr (is_ternary) {
+      if (next) {
+        phase_timer t(st.allreduce_seconds);
+        bufs_.collectives.max(this->comm_, bufs_.ternary.next_round(), stream_, st);
+        for (std::size_t b = 0; b < buckets.size(); ++b) {
+          if (scaled(b)) bufs_.ternary.note_verdict(exec(), b, stream_);
+        }
+      }
+    }
     {
-      phase_timer t(current_.stats().scatter_seconds);
+      phase_timer t(st.scatter_seconds);
       const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
       for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
       if (judge) queue_verdicts();
@@ -190,14 +187,16 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
         bufs_.ternary.end_step(
             exec(), stream_,
             judge ? std::span<const std::uint64_t>(verdicts_.data(), verdicts_.size())
-                  : std::span<const std::uint64_t>{});
+                  : std::span<const std::uint64_t>{},
+            next);
       }
     }
     step_done_.record(Exec::native(stream_));
     if (judge) read_verdicts();
-    current_.stats().nonfinite_buckets = current_.nonfinite_count();
+    if constexpr (is_ternary) bufs_.ternary.settle(current_.nonfinite_count() == 0);
+    st.nonfinite_buckets = current_.nonfinite_count();
     current_.close();
-    this->end_step(current_.stats(), current_.start());
+    this->end_step(st, current_.start());
   }
 
   // Bucket b's gather and collective now (the step's submit_bucket); a scaled ternary bucket
@@ -209,7 +208,10 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     gather_one(b);
     if constexpr (is_ternary) {
       if (scaled(b)) {
-        bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, current_.stats());
+        if (!reusing()) {
+          bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, current_.stats());
+          bufs_.ternary.note_verdict(exec(), b, stream_);
+        }
         encode_one(b);
       }
     }
@@ -343,14 +345,17 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
   }
   void encode_one(std::size_t b) {
     bufs_.ternary.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
-                         ws().codec_input[b], bufs_.ternary.slot(b), bucket_wire(b).data(),
-                         stream_);
+                         ws().codec_input[b], bucket_wire(b).data(), stream_);
+  }
+  [[nodiscard]] bool reusing() const noexcept {
+    if constexpr (is_ternary) return bufs_.ternary.reusing();
+    return false;
   }
   // The mean into the codec input's place (NaN where a scale is not finite).
   void decode_ternary(std::size_t b) {
     if (!scaled(b)) return;
     bufs_.ternary.decode(exec(), this->codec_, this->comm_.size(), b, bucket_wire(b).data(),
-                         codec_input(b), codec_input_size(b), bufs_.ternary.slot(b), stream_);
+                         codec_input(b), codec_input_size(b), stream_);
   }
 
   // A reduced dense bucket's region in place: times factor at kept entries, +0 elsewhere. A

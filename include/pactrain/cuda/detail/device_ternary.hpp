@@ -11,17 +11,22 @@
 // Error feedback keeps two residual buffers and a selector on the device: a step reads one and
 // writes the other, and the selector flips at the end of the step only if every scale it used
 // was finite, so a non-finite step leaves the residuals as they were without the host
-// waiting to learn it.
+// waiting to learn it. previous_max scales live on the device the same way: a step encodes
+// with the last finite step's scales, its own round of local scales runs with its sums, and
+// those become the next step's scales only if every one is finite. Whether any are valid yet
+// (the first step after a commit falls back to current_max) is known on the host: a
+// synchronous step learns it from its verdicts, a queued step counts as finite.
 #pragma once
 
 #include <pactrain/codec.hpp>
 #include <pactrain/codec/ternary.hpp>
+#include <pactrain/cuda/detail/device_words.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
 #include <pactrain/detail/ternary_lane.hpp>
 
 #include <cuda/std/bit>
 
-#include <atomic>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -29,35 +34,6 @@
 #include <vector>
 
 namespace pactrain::detail {
-
-/// The float whose bits a scale word holds.
-_CCCL_HOST_DEVICE inline float scale_of_word(std::uint64_t w) noexcept {
-  return cuda::std::bit_cast<float>(static_cast<std::uint32_t>(w));
-}
-_CCCL_HOST_DEVICE inline bool finite_word(std::uint64_t w) noexcept {
-  return (w & 0x7f800000u) != 0x7f800000u;
-}
-
-/// *p = max(*p, v), atomically.
-_CCCL_HOST_DEVICE inline void atomic_max(std::uint64_t* p, std::uint64_t v) noexcept {
-#if defined(__CUDA_ARCH__)
-  atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  std::atomic_ref<std::uint64_t> a(*p);
-  std::uint64_t cur = a.load(std::memory_order_relaxed);
-  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-#endif
-}
-
-/// Scale words of a codec input: one per block of `block` entries, or one for all (0).
-struct scale_words {
-  const std::uint64_t* words;
-  std::size_t block;
-  _CCCL_HOST_DEVICE float of(std::size_t e) const noexcept {
-    return scale_of_word(words[block == 0 ? 0 : e / block]);
-  }
-};
 
 /// out[k] = max(out[k], the largest magnitude bits in block k). Item i: share i % shares of block
 /// i / shares, entries strided by `shares` (adjacent items read adjacent entries).
@@ -116,13 +92,6 @@ struct ternary_encode_op {
   }
 };
 
-/// *out = max(*out, words[k]) for item k: a bucket's largest scale, non-finite when any is.
-struct max_word_op {
-  const std::uint64_t* words;
-  std::uint64_t* out;
-  _CCCL_HOST_DEVICE void operator()(std::size_t k) const noexcept { atomic_max(out, words[k]); }
-};
-
 /// out[e] = (lane - P) * (s / P): the mean of the ranks' ternary values; NaN at every entry
 /// when the bucket's largest scale (`verdict`) is not finite (some rank's gradient held an Inf
 /// or a NaN), as the host engine poisons the whole bucket.
@@ -145,18 +114,21 @@ struct ternary_decode_op {
   }
 };
 
-/// Flips the residual selector when every bucket's verdict of the step is finite. One item:
-/// the words are one per bucket (its scale, or with scale blocks its largest one).
-struct commit_residuals_op {
+/// The step's verdict on the device: *ok = every bucket's scales finite (and, for a
+/// synchronous step, every result); then flips the residual selector, if any, when it is.
+/// One item: the words are one per bucket (its scale, or with scale blocks its largest one).
+struct end_step_op {
   const std::uint64_t* words;  // per bucket (zero where it has no scale this step)
   std::size_t word_count;
   const std::uint64_t* round;  // finish_step's round (one scale per bucket), or none
   std::size_t round_count;
   const std::uint64_t* verdicts;  // a synchronous step's per-bucket flags (non-zero: not
   std::size_t verdict_count;      // finite), or none
-  int* select;
+  int* ok;
+  int* select;  // null without feedback
 
   _CCCL_HOST_DEVICE void operator()(std::size_t) const noexcept {
+    *ok = 0;
     for (std::size_t k = 0; k < word_count; ++k) {
       if (!finite_word(words[k])) return;
     }
@@ -166,13 +138,15 @@ struct commit_residuals_op {
     for (std::size_t k = 0; k < verdict_count; ++k) {
       if (verdicts[k] != 0) return;
     }
-    *select = 1 - *select;
+    *ok = 1;
+    if (select != nullptr) *select = 1 - *select;
   }
 };
 
 /// The device engine's ternary state for one commit: every bucket's scale words (submitted
-/// buckets reduce theirs in place; finish_step packs the others into one round), and with
-/// feedback the two residual buffers and their selector.
+/// buckets reduce theirs in place; finish_step packs the others into one round), with
+/// feedback the two residual buffers and their selector, and with previous_max the last
+/// finite step's scales.
 template <class Exec>
 class device_ternary {
  public:
@@ -184,7 +158,7 @@ class device_ternary {
   /// Zeroed state for workspace `w`, on `home`. May throw.
   device_ternary(const Exec& exec, const ternary_codec& codec, const workspace_layout& w,
                  bool feedback, stream_type home)
-      : block_(codec.options().scale_block) {
+      : block_(codec.options().scale_block), keep_(codec.scale_from_previous_step()) {
     const std::size_t buckets = w.buckets();
     first_.assign(buckets + 1, 0);
     for (std::size_t b = 0; b < buckets; ++b) {
@@ -202,6 +176,11 @@ class device_ternary {
       select_ = buffer<int>(1, home);
       exec.zero(select_.data(), 1, home);
     }
+    if (keep_) {
+      previous_ = buffer<std::uint64_t>(first_.back(), home);
+      exec.zero(previous_.data(), previous_.size(), home);
+    }
+    if (feedback || keep_) ok_ = buffer<int>(1, home);
   }
 
   /// Bucket b's scale words.
@@ -214,6 +193,15 @@ class device_ternary {
     exec.zero(words_.data(), words_.size(), s);
     exec.zero(largest_.data(), largest_.size(), s);
     round_used_ = 0;
+    std::fill(slot_.begin(), slot_.end(), nullptr);
+    reuse_ = keep_ && ready_;
+  }
+  /// previous_max in force this step: every bucket encodes with the last finite step's scales
+  /// and takes its own words (the next step's round, after the sums).
+  [[nodiscard]] bool reusing() const noexcept { return reuse_; }
+  /// The next step's round: every bucket's words.
+  [[nodiscard]] std::span<std::uint64_t> next_round() noexcept {
+    return {words_.data(), words_.size()};
   }
   /// Bucket b's scales of this step: its own words (submit_bucket reduces them alone), or the
   /// next ones of finish_step's round. Returns them.
@@ -228,7 +216,6 @@ class device_ternary {
   }
   /// finish_step's round: every word in_round gave out.
   [[nodiscard]] std::span<std::uint64_t> round() noexcept { return {round_.data(), round_used_}; }
-  [[nodiscard]] const std::uint64_t* slot(std::size_t b) const noexcept { return slot_[b]; }
   [[nodiscard]] std::span<std::uint64_t> slots(std::size_t b) noexcept {
     return {slot_[b], count(b)};
   }
@@ -244,14 +231,22 @@ class device_ternary {
     exec.for_each(slots * shares, max_magnitude_op{in, n, block, shares, slot.data()}, s);
   }
 
+  /// The scales bucket b encodes and decodes with this step: its reduced words, or the last
+  /// finite step's (previous_max).
+  [[nodiscard]] const std::uint64_t* used(std::size_t b) const noexcept {
+    return reuse_ ? previous_.data() + first_[b] : slot_[b];
+  }
+  /// Once bucket b's words are reduced: the word decode's verdict reads (with scale blocks,
+  /// their largest).
+  void note_verdict(const Exec& exec, std::size_t b, stream_type s) {
+    if (block_ != 0) exec.for_each(count(b), max_word_op{slot_[b], largest_.data() + b}, s);
+  }
+
   /// Encodes n entries of `in` (bucket c.bucket's codec input, from codec input `at` on) with
-  /// its reduced scales in `slot`.
+  /// the scales it uses this step.
   void encode(const Exec& exec, const ternary_codec& codec, const codec_context& c, const float* in,
-              std::size_t n, std::size_t at, const std::uint64_t* slot, std::uint32_t* wire,
-              stream_type s) {
-    if (block_ != 0) {  // the verdict decode reads
-      exec.for_each(count(c.bucket), max_word_op{slot, largest_.data() + c.bucket}, s);
-    }
+              std::size_t n, std::size_t at, std::uint32_t* wire, stream_type s) {
+    const std::uint64_t* slot = used(c.bucket);
     const std::size_t words = codec.wire_size(n, c.size);
     const auto [k0, k1] = ternary_keys(codec.options().seed, c);
     ternary_encode_op op{in,
@@ -271,77 +266,130 @@ class device_ternary {
     exec.for_each(words, op, s);
   }
 
-  /// out = the mean of bucket b's n entries from the summed wire, with the scales in `slot`.
+  /// out = the mean of bucket b's n entries from the summed wire; NaN at every entry when its
+  /// words of this step are not finite.
   void decode(const Exec& exec, const ternary_codec& codec, int ranks, std::size_t b,
-              const std::uint32_t* wire, float* out, std::size_t n, const std::uint64_t* slot,
-              stream_type s) const {
+              const std::uint32_t* wire, float* out, std::size_t n, stream_type s) const {
     const ternary_decode_op op{wire,
                                out,
                                codec.wire_size(n, ranks),
                                codec.lane_bits(ranks),
                                static_cast<std::uint32_t>(ranks),
-                               {slot, block_},
-                               block_ == 0 ? slot : largest_.data() + b};
+                               {used(b), block_},
+                               block_ == 0 ? slot_[b] : largest_.data() + b};
     exec.for_each(n, op, s);
   }
 
-  // --- error feedback's residuals across a resume (sync::save_state, load_state) ---
+  // --- the state across a resume (sync::save_state, load_state): error feedback's residuals
+  // and previous_max's scales ---
 
   /// Residual entries (codec input order; none without feedback), and scale words.
   [[nodiscard]] std::size_t residual_count() const noexcept { return residual_[0].size(); }
   [[nodiscard]] std::size_t scale_word_count() const noexcept {
     return first_.empty() ? 0 : first_.back();
   }
-  /// out = the residuals the next step reads; the last step must have finished.
-  void download_residuals(const Exec& exec, std::span<float> out, stream_type s) const {
-    if (residual_[0].empty()) return;
-    int sel = 0;
-    exec.download(&sel, select_.data(), 1, s);
-    exec.download(out.data(), residual_[sel].data(), out.size(), s);
+  /// The residuals and scales the next step reads (zeros without previous_max, as the host
+  /// engine saves), and whether the scales are valid; the last step must have finished.
+  void download_state(const Exec& exec, std::span<float> residuals, std::span<float> scales,
+                      bool& ready, stream_type s) const {
+    std::fill(scales.begin(), scales.end(), 0.0f);
+    ready = keep_ && ready_;
+    if (!residual_[0].empty()) {
+      int sel = 0;
+      exec.download(&sel, select_.data(), 1, s);
+      exec.download(residuals.data(), residual_[sel].data(), residuals.size(), s);
+    }
+    if (keep_) {
+      std::vector<std::uint64_t> words(scales.size());
+      exec.download(words.data(), previous_.data(), words.size(), s);
+      for (std::size_t k = 0; k < words.size(); ++k) scales[k] = scale_of_word(words[k]);
+    }
   }
-  /// Residuals loaded into a buffer of their own, and the one of the two they replace.
-  struct staged_residuals {
-    buffer<float> values;
+  /// A loaded state in buffers of its own, and the residual buffer of the two it replaces.
+  struct staged_state {
+    buffer<float> residuals;
     int select = 0;
+    buffer<std::uint64_t> scales;
+    bool ready = false;
   };
-  /// `in` uploaded for install_residuals; the last step must have finished. May throw.
-  [[nodiscard]] staged_residuals stage_residuals(const Exec& exec, std::span<const float> in,
-                                                 stream_type s) const {
-    staged_residuals r;
-    if (residual_[0].empty()) return r;
-    exec.download(&r.select, select_.data(), 1, s);
-    r.values = buffer<float>(in.size(), s);
-    exec.upload(r.values.data(), in.data(), in.size(), s);
+  /// The state uploaded for install_state; the last step must have finished. May throw.
+  [[nodiscard]] staged_state stage_state(const Exec& exec, std::span<const float> residuals,
+                                         std::span<const float> scales, bool ready,
+                                         stream_type s) const {
+    staged_state r;
+    if (!residual_[0].empty()) {
+      exec.download(&r.select, select_.data(), 1, s);
+      r.residuals = buffer<float>(residuals.size(), s);
+      exec.upload(r.residuals.data(), residuals.data(), residuals.size(), s);
+    }
+    if (keep_) {
+      std::vector<std::uint64_t> words(scales.size());
+      for (std::size_t k = 0; k < words.size(); ++k) {
+        words[k] = cuda::std::bit_cast<std::uint32_t>(scales[k]);
+      }
+      r.scales = buffer<std::uint64_t>(words.size(), s);
+      exec.upload(r.scales.data(), words.data(), words.size(), s);
+      r.ready = ready;
+    }
     exec.synchronize(s);
     return r;
   }
-  void install_residuals(staged_residuals&& r) noexcept {
-    if (!residual_[0].empty()) residual_[r.select] = std::move(r.values);
+  void install_state(staged_state&& r) noexcept {
+    if (!residual_[0].empty()) residual_[r.select] = std::move(r.residuals);
+    if (keep_) {
+      previous_ = std::move(r.scales);
+      ready_ = r.ready;
+    }
   }
 
-  /// Error feedback: keeps the step's new residuals if all its scales were finite.
-  /// `verdicts`: a synchronous step's per-bucket flags, which also see plain buckets.
-  void end_step(const Exec& exec, stream_type s, std::span<const std::uint64_t> verdicts = {}) {
-    if (residual_[0].empty()) return;
+  /// Closes the step on the device: error feedback keeps the new residuals, and previous_max
+  /// the step's scales, if all its scales were finite. `verdicts`: a synchronous step's
+  /// per-bucket flags, which also see plain buckets; `next`: the next step's round ran (it
+  /// does where any bucket has codec input).
+  void end_step(const Exec& exec, stream_type s, std::span<const std::uint64_t> verdicts,
+                bool next) {
+    if (ok_.empty()) return;
     const bool blocks = block_ != 0;
     exec.for_each(1,
-                  commit_residuals_op{blocks ? largest_.data() : words_.data(),
-                                      blocks ? largest_.size() : words_.size(), round_.data(),
-                                      blocks ? 0 : round_used_, verdicts.data(), verdicts.size(),
-                                      select_.data()},
+                  end_step_op{blocks ? largest_.data() : words_.data(),
+                              blocks ? largest_.size() : words_.size(), round_.data(),
+                              blocks ? 0 : round_used_, verdicts.data(), verdicts.size(),
+                              ok_.data(), residual_[0].empty() ? nullptr : select_.data()},
                   s);
+    if (!keep_) return;
+    if (reuse_) {
+      if (!next) return;
+      exec.for_each(words_.size(), keep_scales_op{words_.data(), previous_.data(), ok_.data()}, s);
+      return;
+    }
+    for (std::size_t b = 0; b < slot_.size(); ++b) {  // the buckets that had scales
+      if (slot_[b] != nullptr) {
+        exec.for_each(count(b), keep_scales_op{slot_[b], previous_.data() + first_[b], ok_.data()},
+                      s);
+      }
+    }
+  }
+  /// After the step, on the host: previous_max's scales are valid from now on if the step was
+  /// finite (`finite`: a synchronous step's verdict; a queued step counts as finite).
+  void settle(bool finite) noexcept {
+    if (keep_ && finite) ready_ = true;
   }
 
  private:
   std::size_t block_ = 0;
+  bool keep_ = false;                 // previous_max
+  bool ready_ = false;                // previous_ holds a finite step's scales
+  bool reuse_ = false;                // this step encodes with them
   std::vector<std::size_t> first_;    // per bucket + 1: scale words before it
-  std::vector<std::uint64_t*> slot_;  // per bucket: its scale words in this step
+  std::vector<std::uint64_t*> slot_;  // per bucket: its scale words in this step, or null
   buffer<std::uint64_t> words_;
   buffer<std::uint64_t> round_;
   buffer<std::uint64_t> largest_;  // scale blocks: per bucket, its largest scale this step
   std::size_t round_used_ = 0;
   buffer<float> residual_[2];
   buffer<int> select_;
+  buffer<std::uint64_t> previous_;  // previous_max: the last finite step's scale words
+  buffer<int> ok_;                  // the step's verdict on the device
 };
 
 }  // namespace pactrain::detail
