@@ -9,9 +9,10 @@
 #                              cuda/nccl.hpp, ...), with the host compiler, against
 #                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
 # torch.hpp is not checked here: tests/torch/torch_adapter_test.cpp includes it first, and a
-# LibTorch translation unit costs about 40 s of a 2-core machine. Nor is
-# cuda/thrust_compactor.hpp (it needs nvcc, or Thrust's CPP system): the cuda-host test
-# (tests/cuda/thrust_cpu_test.cpp) includes it first.
+# LibTorch translation unit costs about 40 s of a 2-core machine. Nor are
+# cuda/thrust_compactor.hpp and cuda/sgd.hpp (they need nvcc, or Thrust's CPP system): the
+# cuda-host test includes each first in a translation unit (tests/cuda/thrust_cpu_test.cpp,
+# tests/cuda/sgd_header_check.cpp).
 # Headers under detail/ are the implementation's, never included by users; the public headers
 # that include them are checked (17 fewer translation units, about 10 s of a 2-core build).
 # *.cuh headers need nvcc and are skipped; *.inl files are implementation fragments included by
@@ -44,7 +45,7 @@ function(pactrain_add_header_check)
 #include <${header}>
 #include <${header}>
 " @ONLY)
-    if(header MATCHES "thrust_compactor")
+    if(header MATCHES "thrust_compactor|cuda/sgd")
       # See the top of this file.
     elseif(header MATCHES "cuda|nccl")
       if(TARGET pactrain::cuda AND (TARGET pactrain::nccl OR NOT header MATCHES "nccl")

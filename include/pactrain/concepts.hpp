@@ -69,6 +69,16 @@ concept compactor_for = gradient_mask<Mask> &&
   c.scatter(p, in, out, factor);
 };
 
+/// A fused optimizer step (sync::finish_step(update)) over gradients of T: it takes a sparse
+/// bucket's tensor as its kept entries' payload and factor, a dense bucket's tensor whole, and
+/// is told when every tensor is in. sgd::fused and device_sgd_update make one.
+template <class U, class T>
+concept fused_update = requires(U& u, std::span<const T> values, T factor, std::size_t tensor) {
+  u.kept(tensor, values, factor);
+  u.dense(tensor, values);
+  u.done();
+};
+
 /// What the pruner, the strategy tuner and the LibTorch adapter need of a sync engine
 /// (pactrain::sync, on host or device buffers): its layout and committed masks, the collective
 /// calls that change them, the three-phase step, its communicator, statistics and step counter.

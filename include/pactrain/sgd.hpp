@@ -45,6 +45,10 @@ class sgd;
 template <gradient_mask Mask>
 class sgd_update;
 
+/// The fused step of a device engine (<pactrain/cuda/sgd.hpp>).
+template <class Engine>
+class device_sgd_update;
+
 /// SGD over flat float buffers. Per entry, as torch::optim::SGD on a CPU with FMA (its AVX2 and
 /// AVX-512 kernels fuse every `add` with a factor): d = g + wd * p; the first step sets the
 /// momentum buf = d, later ones buf = buf * m + (1 - dampening) * d; d = d + m * buf
@@ -110,6 +114,8 @@ class sgd {
  private:
   template <gradient_mask>
   friend class sgd_update;
+  template <class>
+  friend class device_sgd_update;
 
   struct factors {
     float wd;       // weight decay

@@ -129,20 +129,12 @@ class sync : private detail::host_engine<Comm, Codec, Mask, Compactor> {
   /// tensor, grad) for a dense bucket's (written back as usual), then update.done(). After a
   /// non-finite step no update is made and the gradients are written back as finish_step
   /// writes them. sgd::fused (sgd.hpp) makes such an update.
-  template <class Update>
+  template <fused_update<value_type> Update>
   void finish_step(Update& update) {
-    static_assert(
-        requires(std::span<const value_type> v, value_type s, std::size_t i) {
-          update.kept(i, v, s);
-          update.dense(i, v);
-          update.done();
-        },
-        "sync::finish_step(update): update needs kept(tensor, payload, factor), dense(tensor, "
-        "grad) and done()");
     this->finish(&update);
   }
   /// allreduce fused with the optimizer step, as finish_step(update).
-  template <class Update>
+  template <fused_update<value_type> Update>
   void allreduce(std::span<value_type> grads, Update& update) {
     this->begin(grads, "allreduce");
     finish_step(update);

@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <pactrain/codec/half_precision.hpp>
+#include <pactrain/cuda/sgd.hpp>
 #include <pactrain/pactrain.hpp>
 
 #include "common/device_array.hpp"
@@ -452,6 +453,57 @@ struct sync_checks {
     CHECK(dc.step() == du.step());
   }
 
+  // The fused optimizer step (finish_step(update), allreduce(grads, update, stream)): sgd
+  // through device_sgd_update gives sgd::fused's parameters and momentum on the host engine
+  // bit for bit, for sparse, dense and plain buckets, and leaves sparse buckets' gradients
+  // unwritten as the host engine does; a step with a NaN makes no update and writes every
+  // gradient back.
+  template <class Codec>
+  void fused(Codec codec = {}) const {
+    const auto l = small_layout();
+    const std::size_t n = l.total_size();
+    using device_sync = pactrain::sync<comm_type, Codec, bitmap_mask, Compactor>;
+    device_sync ds{make_comm(), l, codec, sync_options{}, stream};
+    pactrain::sync<host_comm_type, Codec> hs{make_host_comm(), l, codec};
+    using B = bucket_strategy;
+    const auto masks = masks_for<bitmap_mask>(l, 0.4, 11);
+    commit_all(masks, {B::sparse, B::dense, B::sparse_plain}, ds, hs);
+    std::size_t kept = 0;  // a kept entry of the first tensor (bucket 0), for the NaN
+    while (!masks[0].test(kept)) ++kept;
+    const sgd_options o{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+    sgd host_opt{o};
+    sgd device_opt{o};
+    auto hp = grads(n, 90);
+    std::vector<float> hm(n, 0.0f);
+    array<float> dp(hp);
+    array<float> dm(hm);
+    for (std::uint64_t k = 0; k < 4; ++k) {
+      CAPTURE(k);
+      const bool nan = k == 2;
+      auto g = grads(n, 91 + k);
+      if (nan && rank == 0) g[kept] = std::numeric_limits<float>::quiet_NaN();
+      array<float> dg(g);
+      auto hu = host_opt.fused(l, hs.masks(), std::span<float>(hp), std::span<float>(hm));
+      hs.allreduce(std::span<float>(g), hu);
+      device_sgd_update du{device_opt, ds, dp.span(), dm.span(), stream};
+      if (k == 3) {  // the three-phase step
+        ds.begin_step(dg.span(), stream);
+        ds.submit_bucket(2);
+        ds.finish_step(du);
+        exec{}.synchronize(stream);
+      } else {
+        ds.allreduce(dg.span(), du, stream);
+      }
+      CHECK(bad_entries(dg.host(), g, nan) == 0);
+      CHECK(bad_entries(dp.host(), hp) == 0);
+      CHECK(bad_entries(dm.host(), hm) == 0);
+      CHECK(ds.stats().nonfinite_buckets == hs.stats().nonfinite_buckets);
+      CHECK(device_opt.steps() == host_opt.steps());
+    }
+    CHECK(host_opt.steps() == 3);
+    CHECK(ds.step() == hs.step());
+  }
+
   // An Inf in plain buckets' results: the device engine's synchronous allreduce reports the
   // host engine's non-finite buckets and keeps the step counter, with the same results bit for
   // bit; a queued step cannot know, reports none and advances the counter.
@@ -574,6 +626,11 @@ struct sync_checks {
     SUBCASE("saved state") { state(); }
     SUBCASE("saved state, previous_max") { state(scale_source::previous_max); }
     SUBCASE("checked steps") { checked(); }
+    SUBCASE("fused update") {
+      fused<identity_codec<float>>();
+      fused<fp16_codec>();
+      fused<error_feedback<ternary_codec>>(ternary_codec{{.seed = 3, .scale_block = 64}});
+    }
     SUBCASE("non-finite") { nonfinite(); }
     SUBCASE("fully pruned") { fully_pruned(); }
     SUBCASE("bad input") { bad_input(); }

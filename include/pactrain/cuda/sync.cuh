@@ -35,7 +35,9 @@
 // allreduce (which synchronises) judges each bucket's result for Inf and NaN and reports it as
 // the host engine does; queued steps cannot know without waiting, so they report none and
 // advance the step counter. save_state/load_state write the host engine's bytes. Checked steps
-// (sync_options::checked) run as on the host; their agreement round waits on the host.
+// (sync_options::checked) run as on the host; their agreement round waits on the host. The
+// fused optimizer step (finish_step(update); device_sgd_update in cuda/sgd.hpp) waits for the
+// step's verdict, then queues the update.
 //
 // The engine itself (cuda/detail/device_engine.hpp) is written over the device compactor's
 // execution backend: with thrust_compactor (<pactrain/cuda/thrust_compactor.hpp>) the same

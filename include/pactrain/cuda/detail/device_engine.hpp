@@ -9,6 +9,7 @@
 
 #include <pactrain/codec.hpp>
 #include <pactrain/communicator.hpp>
+#include <pactrain/concepts.hpp>
 #include <pactrain/cuda/detail/device_compactor.hpp>
 #include <pactrain/cuda/detail/device_pipeline.hpp>
 #include <pactrain/detail/sync/commit.hpp>
@@ -104,6 +105,17 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   /// communicator can), then queues every bucket's scatter of the mean. Closes the step;
   /// never synchronises.
   void finish_step() { finish(); }
+  /// Collective: finish_step fused with the optimizer step, as on the host engine (sync.hpp):
+  /// waits for the step's results (the update needs their verdict), then hands them to
+  /// `update` on the step's stream, in device memory: update.kept(tensor, payload, factor) for
+  /// a sparse bucket's tensors (the gradient buffer is not written), update.dense(tensor,
+  /// grad) for a dense bucket's, then update.done(). After a non-finite step no update is made
+  /// and the gradients are written back as finish_step writes them. device_sgd_update
+  /// (<pactrain/cuda/sgd.hpp>) makes such an update.
+  template <fused_update<value_type> Update>
+  void finish_step(Update& update) {
+    finish(true, &update);
+  }
   /// True between begin_step and finish_step.
   using core::step_open;
 
@@ -123,6 +135,15 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   void allreduce(std::span<value_type> grads, stream_type stream = {}) {
     begin(grads, "allreduce", stream);
     finish(true);
+    exec().synchronize(stream);
+  }
+
+  /// allreduce fused with the optimizer step, as finish_step(update); synchronises `stream`
+  /// after the update.
+  template <fused_update<value_type> Update>
+  void allreduce(std::span<value_type> grads, Update& update, stream_type stream = {}) {
+    begin(grads, "allreduce", stream);
+    finish_step(update);
     exec().synchronize(stream);
   }
 

@@ -113,6 +113,11 @@ class device_grads {
   [[nodiscard]] std::span<T* const> host_tensors() const noexcept {
     return by_tensor_ ? std::span<T* const>(host_) : std::span<T* const>{};
   }
+  /// Tensor i's entries in the caller's buffers.
+  [[nodiscard]] std::span<T> tensor(const param_layout& layout, std::size_t i) const {
+    const auto& t = layout.tensors()[i];
+    return {by_tensor_ ? host_[i] : flat_.data() + t.offset, t.size};
+  }
   /// Dense bucket b's region (its entries back to back) and the source that reads it.
   [[nodiscard]] T* region(std::size_t b) const noexcept { return region_[b]; }
   [[nodiscard]] dense_source<T> region_source(const param_layout& layout,

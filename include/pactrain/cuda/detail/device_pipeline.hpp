@@ -1,119 +1,67 @@
-// The device engine's bucket pipeline (device_engine.hpp adds the public face and the commit
-// checks on top), queued on the step's stream and never synchronised:
-//   gather    the bucket's codec input: its gathered payload (sparse; the 16-bit codecs'
-//             rounding fused in) or its dense region (staged in when its tensors are not back
-//             to back), pruned entries zeroed for a coded dense bucket; ternary local scales;
-//   reduce    one MAX round for the scales of the buckets that need them, the ternary encode,
-//             then the SUM (grouped into one launch where the communicator can);
-//   expand    decode, scatter (+0 at pruned entries, 1/P folded in where no decode did it),
-//             stage out.
-// A coded bucket whose scale is not finite comes back all NaN; the ternary residuals and
-// selector advance on device only when every scale of the step is finite
-// (device_ternary.hpp).
+// The device engine's step (device_engine.hpp adds the public face and the commit checks on
+// top) over the bucket primitives of device_backend.hpp, queued on the step's stream:
+//   submit_bucket  gather, a MAX round of its own for a scaled bucket (current_max), encode,
+//                  reduce;
+//   finish_step    gather every other bucket, one MAX round for the scales they need, encode,
+//                  reduce them grouped; previous_max's round of the next step's scales; expand.
+// The ternary residuals and selector, and previous_max's scales, advance on the device only
+// when every scale of the step is finite (device_ternary.hpp).
 // The verdict is deferred (the host learns it only by waiting): sync::allreduce waits, judges
 // each bucket's result as the host engine does, reports the non-finite ones and keeps the step
-// counter; a queued step (allreduce_async, finish_step) reports none and advances it.
+// counter; a queued step (allreduce_async, finish_step) reports none and advances it. A fused
+// update (finish_step(update)) waits for the verdict, then takes the results.
 #pragma once
 
-#include <pactrain/codec.hpp>
-#include <pactrain/codec/half_precision.hpp>
-#include <pactrain/communicator.hpp>
-#include <pactrain/cuda/detail/device_collectives.hpp>
-#include <pactrain/cuda/detail/device_compactor.hpp>
-#include <pactrain/cuda/detail/device_grads.hpp>
-#include <pactrain/cuda/detail/device_ops.hpp>
-#include <pactrain/cuda/detail/device_ternary.hpp>
+#include <pactrain/cuda/detail/device_backend.hpp>
 #include <pactrain/cuda/detail/device_words.hpp>
-#include <pactrain/cuda/detail/device_workspace.hpp>
-#include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/step_state.hpp>
-#include <pactrain/error.hpp>
-#include <pactrain/layout.hpp>
-#include <pactrain/mask.hpp>
+#include <pactrain/strategy.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace pactrain::detail {
 
-/// The step of the device engine over basic_device_compactor<Exec>: gather, reduce and expand
-/// each bucket on the step's stream. Engine is the sync specialisation deriving from it
-/// (sync_core's hooks live there).
+/// The step of the device engine: the step hooks of sync_core, submit and finish over the
+/// bucket primitives, the deferred verdict and the fused update's hand-over.
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Exec>
-class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>> {
-  using compactor_t = basic_device_compactor<Exec>;
-  using core = sync_core<Engine, Comm, Codec, Mask, compactor_t>;
-  using base_codec = base_codec_t<Codec>;
-
- protected:
-  static constexpr bool is_ternary = std::is_same_v<base_codec, ternary_codec>;
-  // Plain buckets send value_type, coded ones wire_type (and ternary scales uint64 words):
-  // the communicator reduces them all.
-  static constexpr bool stream_ordered =
-      stream_ordered_for<Comm, Exec, typename Codec::wire_type> &&
-      stream_ordered_for<Comm, Exec, typename Codec::value_type> &&
-      (!is_ternary || stream_ordered_for<Comm, Exec, std::uint64_t>);
-
-  static_assert(codec_traits<Codec>::is_identity || is_cast_codec_v<base_codec> || is_ternary,
-                "pactrain::sync on device buffers supports identity_codec, fp16_codec, "
-                "bf16_codec and ternary_codec");
-  static_assert(is_ternary || codec_traits<Codec>::is_identity || !has_feedback_v<Codec>,
-                "pactrain::sync on device buffers: error feedback runs with ternary_codec (the "
-                "16-bit codecs' rounding error is left to the optimizer)");
-  static_assert(stream_ordered || Exec::host_accessible,
-                "pactrain::sync on device buffers needs a stream-ordered communicator "
-                "(nccl_communicator, mpi_cuda_communicator): allreduce_async(span, op, "
-                "cudaStream_t)");
+class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
+  using backend = device_backend<Engine, Comm, Codec, Mask, Exec>;
 
  public:
-  using typename core::plan_type;
-  using typename core::value_type;
-  using typename core::wire_type;
-  using stream_type = typename Exec::stream_type;
+  using typename backend::plan_type;
+  using typename backend::stream_type;
+  using typename backend::value_type;
+  using typename backend::wire_type;
 
  protected:
-  using workspace_buffers = device_workspace<Codec, Comm, Exec, stream_ordered>;
-
-  device_pipeline(Comm comm, param_layout layout, Codec codec, compactor_t compactor,
-                  sync_options opt, stream_type stream)
-      : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
-        home_(stream),
-        io_(this->layout_, stream),
-        verdicts_(this->layout_.buckets().size(), stream) {}
-
-  device_pipeline(const device_pipeline&) = delete;
-  device_pipeline& operator=(const device_pipeline&) = delete;
-  /// Waits for the last step (its kernels use the plans and payload freed here), even when
-  /// the stream it ran on has been destroyed since.
-  ~device_pipeline() { step_done_.wait_noexcept(); }
-
-  const Exec& exec() const noexcept { return this->compactor_.exec(); }
-
-  // --- commit hooks (see detail/sync/commit.hpp) ---
-
-  plan_type build_plan(const Mask& m) { return this->compactor_.make_plan(m, home_); }
-  // May throw: runs before the agreement, so a failure reaches every rank. The last step may
-  // still use the old plans and payload: let it finish, and let the new plans be built,
-  // before the swap.
-  workspace_buffers allocate_workspace(const workspace_layout& w,
-                                       std::span<const plan_type> plans) {
-    step_done_.wait();
-    exec().synchronize(home_);
-    auto n = workspace_buffers::allocate(exec(), this->codec_, this->feedback, this->layout_, w,
-                                         plans, home_);
-    exec().synchronize(home_);  // the buffers exist for every stream
-    return n;
-  }
-  void install_workspace(workspace_buffers&& n) noexcept { bufs_ = std::move(n); }
-
-  const workspace_layout& ws() const noexcept { return this->workspace_; }
-  std::span<value_type> bucket_payload(std::size_t b) { return bufs_.bucket_payload(ws(), b); }
-  std::span<wire_type> bucket_wire(std::size_t b) { return bufs_.bucket_wire(ws(), b); }
+  using backend::backend;
+  using backend::bucket_payload;
+  using backend::bucket_wire;
+  using backend::bufs_;
+  using backend::current_;
+  using backend::encode_one;
+  using backend::exec;
+  using backend::expand_one;
+  using backend::factor_of_plain;
+  using backend::gather_one;
+  using backend::hold_payload;
+  using backend::home_;
+  using backend::io_;
+  using backend::is_ternary;
+  using backend::reduce_one;
+  using backend::reduce_rest;
+  using backend::reusing;
+  using backend::scaled;
+  using backend::step_done_;
+  using backend::stream_;
+  using backend::verdicts_;
+  using backend::verdicts_host_;
+  using backend::ws;
 
   // --- step hooks (see detail/sync/commit.hpp); bad input throws before anything is queued
   // and leaves no step open ---
@@ -137,8 +85,11 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
   // What was queued still runs.
   void abandon_step() noexcept { current_.close(); }
 
-  // `judge`: wait for the step and judge its results (the synchronous step).
-  void finish_now(bool judge = false) {
+  // `judge`: wait for the step and judge its results (the synchronous step). `update`: null,
+  // or the fused optimizer step (see device_engine.hpp), which takes the sparse buckets'
+  // payloads in place of their scatter once the verdict says every bucket is finite.
+  template <class Update = no_update>
+  void finish_now(bool judge = false, Update* update = nullptr) {
     const auto& buckets = this->layout_.buckets();
     auto& st = current_.stats();
     {
@@ -180,9 +131,15 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     }
     {
       phase_timer t(st.scatter_seconds);
-      const value_type factor = value_type(1) / static_cast<value_type>(this->comm_.size());
-      for (std::size_t b = 0; b < buckets.size(); ++b) expand_one(b, factor);
-      if (judge) queue_verdicts();
+      const value_type factor = factor_of_plain();
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        if (update != nullptr && is_sparse(this->strategies_[b])) {
+          hold_payload(b, factor);
+        } else {
+          expand_one(b, factor);
+        }
+      }
+      if (judge) queue_verdicts(update != nullptr);
       if constexpr (is_ternary) {
         bufs_.ternary.end_step(
             exec(), stream_,
@@ -191,8 +148,12 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
             next);
       }
     }
-    step_done_.record(Exec::native(stream_));
+    if (update == nullptr) step_done_.record(Exec::native(stream_));
     if (judge) read_verdicts();
+    if constexpr (!std::is_same_v<Update, no_update>) {
+      hand_over(*update, factor_of_plain());
+      step_done_.record(Exec::native(stream_));
+    }
     if constexpr (is_ternary) bufs_.ternary.settle(current_.nonfinite_count() == 0);
     st.nonfinite_buckets = current_.nonfinite_count();
     current_.close();
@@ -219,106 +180,55 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
     current_.mark_submitted(b);
   }
 
-  // Gathers sparse bucket b's payload (a codec's encode fused in where the bucket is coded);
-  // a dense bucket's tensors are copied into its region if they are not in place, and a
-  // coded one is encoded whole, its pruned entries zeroed first.
-  void gather_one(std::size_t b) {
-    const auto& bk = this->layout_.buckets()[b];
-    const bool plain = this->plain(b);
-    const bool sparse = is_sparse(this->strategies_[b]);
-    if (sparse) {
-      if (plain || is_ternary) {
-        bufs_.buckets.gather(exec(), b, io_.tensors(), bucket_payload(b).data(), stream_);
-      } else {
-        bufs_.buckets.gather(exec(), b, io_.tensors(), bucket_wire(b).data(), stream_);
-      }
-    } else {
-      io_.stage_in(exec(), this->layout_, b, stream_);
-      if (!plain && bk.size != 0) expand_dense_bucket(b, 1);  // pruned entries sent as +0
-    }
-    if (plain) return;
-    if constexpr (is_ternary) {
-      if (scaled(b)) {
-        bufs_.ternary.local_scales(exec(), codec_input(b), codec_input_size(b),
-                                   bufs_.ternary.slots(b), stream_);
-      }
-    } else if (!sparse && bk.size != 0) {
-      exec().for_each(
-          bk.size, encode_op<value_type, wire_type>{io_.region(b), bucket_wire(b).data()}, stream_);
-    }
-  }
-
-  // Bucket b's collective: queued on the step's stream (stream-ordered communicators), or
-  // started and left in flight until reduce_rest waits (host communicators).
-  void reduce_one(std::size_t b) {
-    const auto& bk = this->layout_.buckets()[b];
-    auto& c = this->comm_;
-    if (!this->plain(b)) {
-      bufs_.collectives.sum(c, bucket_wire(b), stream_, current_.stats());
-    } else if (is_sparse(this->strategies_[b])) {
-      bufs_.collectives.sum(c, bucket_payload(b), stream_, current_.stats());
-    } else {
-      bufs_.collectives.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_,
-                            current_.stats());
-    }
-  }
-
-  // The collectives of every bucket not yet submitted, launched together where the
-  // communicator can group them; then, for host communicators, waits for all of them.
-  void reduce_rest() {
-    bufs_.collectives.group(this->comm_, [&] {
-      for (std::size_t b = 0; b < current_.buckets(); ++b) {
-        if (!current_.submitted(b)) reduce_one(b);
-      }
-    });
-  }
-
-  // Bucket b's mean, +0 at pruned entries. A coded dense bucket is decoded in place (pruned
-  // entries were sent as +0 by every rank, so they come back +0); a sparse one is scattered
-  // with the decode fused in.
-  void expand_one(std::size_t b, value_type factor) {
-    const auto& bk = this->layout_.buckets()[b];
-    const bool plain = this->plain(b);
-    if (is_sparse(this->strategies_[b])) {
-      const auto dst = io_.tensors();
-      const auto host = io_.host_tensors();
-      if (plain) {
-        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, factor, stream_);
-      } else if constexpr (is_ternary) {  // decoded to the mean in the payload
-        decode_ternary(b);
-        bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), dst, host, value_type(1),
-                              stream_);
-      } else {
-        bufs_.buckets.scatter(exec(), b, bucket_wire(b).data(), dst, host, factor, stream_);
-      }
-      return;
-    }
-    if (!plain) {
-      if constexpr (is_ternary) {
-        decode_ternary(b);
-        expand_dense_bucket(b, 1);  // +0 at pruned entries, where a NaN scale wrote NaN
-      } else {
-        exec().for_each(
-            bk.size, decode_op<value_type, wire_type>{bucket_wire(b).data(), io_.region(b), factor},
-            stream_);
-      }
-    } else {
-      expand_dense_bucket(b, factor);
-    }
-    io_.stage_out(exec(), this->layout_, b, stream_);
-  }
-
-  // --- the deferred verdict ---
+  // --- the deferred verdict, and the fused update that waits for it ---
 
   // One flag word per bucket, set by any Inf or NaN in its written-back result (pruned
-  // entries are +0 by now).
-  void queue_verdicts() {
+  // entries are +0 by now), or, for a sparse bucket held for a fused update, in its payload.
+  void queue_verdicts(bool fused) {
     exec().zero(verdicts_.data(), verdicts_.size(), stream_);
+    const auto flag = [&](std::size_t b, const value_type* first, std::size_t n) {
+      exec().for_each(n, nonfinite_flag_op<value_type>{first, verdicts_.data() + b}, stream_);
+    };
     for (std::size_t b = 0; b < verdicts_.size(); ++b) {
-      io_.for_each_run(this->layout_, b, [&](const value_type* first, std::size_t n) {
-        exec().for_each(n, nonfinite_flag_op<value_type>{first, verdicts_.data() + b}, stream_);
-      });
+      if (fused && is_sparse(this->strategies_[b])) {
+        if (const auto p = bucket_payload(b); !p.empty()) flag(b, p.data(), p.size());
+      } else {
+        io_.for_each_run(this->layout_, b,
+                         [&](const value_type* first, std::size_t n) { flag(b, first, n); });
+      }
     }
+  }
+  // After the verdict: every tensor to `u` in layout order (a sparse bucket's kept entries
+  // from its payload, a dense bucket's written-back tensor), then u.done(); after a
+  // non-finite step no update, and the sparse buckets are written back instead.
+  template <class Update>
+  void hand_over(Update& u, value_type inv_p) {
+    phase_timer t(current_.stats().scatter_seconds);
+    const bool finite = current_.nonfinite_count() == 0;
+    const auto& buckets = this->layout_.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const bool sparse = is_sparse(this->strategies_[b]);
+      const value_type factor = this->plain(b) ? inv_p : value_type(1);
+      if (!finite) {
+        if (sparse) {
+          bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), io_.tensors(),
+                                io_.host_tensors(), factor, stream_);
+        }
+        continue;
+      }
+      const auto& bk = buckets[b];
+      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+        if (sparse) {
+          u.kept(i,
+                 std::span<const value_type>(bufs_.payload.data() + ws().tensor_payload[i],
+                                             this->plans_[i].count()),
+                 factor);
+        } else {
+          u.dense(i, std::span<const value_type>(io_.tensor(this->layout_, i)));
+        }
+      }
+    }
+    if (finite) u.done();
   }
   // Waits for the step; marks its non-finite buckets (the ternary residuals' rule read the
   // same flags on the device).
@@ -329,60 +239,6 @@ class device_pipeline : public sync_core<Engine, Comm, Codec, Mask, basic_device
       if (verdicts_host_[b] != 0) current_.mark_nonfinite(b);
     }
   }
-
-  // --- ternary_codec (see device_ternary.hpp) ---
-
-  // A coded bucket with codec input: it needs scales.
-  bool scaled(std::size_t b) const { return !this->plain(b) && codec_input_size(b) != 0; }
-  // Bucket b's codec input: its gathered payload (sparse) or its dense region.
-  value_type* codec_input(std::size_t b) {
-    return is_sparse(this->strategies_[b]) ? bucket_payload(b).data() : io_.region(b);
-  }
-  std::size_t codec_input_size(std::size_t b) const { return ws().codec_input_of(b); }
-  codec_context context(std::size_t b) const noexcept {
-    return {
-        .rank = this->comm_.rank(), .size = this->comm_.size(), .step = this->step_, .bucket = b};
-  }
-  void encode_one(std::size_t b) {
-    bufs_.ternary.encode(exec(), this->codec_, context(b), codec_input(b), codec_input_size(b),
-                         ws().codec_input[b], bucket_wire(b).data(), stream_);
-  }
-  [[nodiscard]] bool reusing() const noexcept {
-    if constexpr (is_ternary) return bufs_.ternary.reusing();
-    return false;
-  }
-  // The mean into the codec input's place (NaN where a scale is not finite).
-  void decode_ternary(std::size_t b) {
-    if (!scaled(b)) return;
-    bufs_.ternary.decode(exec(), this->codec_, this->comm_.size(), b, bucket_wire(b).data(),
-                         codec_input(b), codec_input_size(b), stream_);
-  }
-
-  // A reduced dense bucket's region in place: times factor at kept entries, +0 elsewhere. A
-  // bucket that keeps everything is one factor launch (none for factor 1); otherwise its kept
-  // entries go through the payload and back, one launch each.
-  void expand_dense_bucket(std::size_t b, value_type factor) {
-    const auto& bk = this->layout_.buckets()[b];
-    if (bk.size == 0) return;
-    if (ws().payload_of(b) == bk.size) {
-      if (factor == value_type(1)) return;
-      value_type* d = io_.region(b);
-      exec().for_each(bk.size, times_op<value_type>{d, d, factor}, stream_);
-      return;
-    }
-    const auto region = io_.region_source(this->layout_, b);
-    bufs_.buckets.gather(exec(), b, region, bucket_payload(b).data(), stream_);
-    bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), region, {}, factor, stream_);
-  }
-
-  stream_type home_{};                 // plans and payload are allocated and freed here
-  device_grads<value_type, Exec> io_;  // the gradients of the open step
-  typename Exec::event step_done_;     // the end of the last step
-  workspace_buffers bufs_;             // of the last commit
-  typename Exec::template buffer<std::uint64_t> verdicts_;  // per bucket: the deferred verdict
-  std::vector<std::uint64_t> verdicts_host_;
-  step_state current_;    // the open step
-  stream_type stream_{};  // its stream
 };
 
 }  // namespace pactrain::detail

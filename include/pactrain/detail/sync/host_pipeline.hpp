@@ -42,9 +42,6 @@
 
 namespace pactrain::detail {
 
-/// finish() without a fused update.
-struct no_update {};
-
 /// The step of the host engine: prepare, send and complete each bucket, then close the step.
 /// Engine is the host_engine deriving from it (sync_core's hooks live there).
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Compactor>

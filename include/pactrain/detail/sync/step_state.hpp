@@ -15,6 +15,9 @@
 
 namespace pactrain::detail {
 
+/// finish() without a fused update.
+struct no_update {};
+
 class step_state {
  public:
   [[nodiscard]] bool open() const noexcept { return open_; }

@@ -1,0 +1,5 @@
+// <pactrain/cuda/sgd.hpp> must compile on its own and survive a second inclusion. It needs the
+// CCCL headers (nvcc, or Thrust's CPP system), so the header check of
+// cmake/PactrainHeaderCheck.cmake leaves it to this translation unit of the cuda-host test.
+#include <pactrain/cuda/sgd.hpp>
+#include <pactrain/cuda/sgd.hpp>
