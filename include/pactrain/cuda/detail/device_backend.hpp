@@ -117,7 +117,7 @@ class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_
   void gather_one(std::size_t b) {
     const auto& bk = this->layout_.buckets()[b];
     const bool plain = this->plain(b);
-    const bool sparse = is_sparse(this->strategies_[b]);
+    const bool sparse = this->route(b).sparse;
     if (sparse) {
       if (plain || is_ternary) {
         bufs_.buckets.gather(exec(), b, io_.tensors(), bucket_payload(b).data(), stream_);
@@ -147,7 +147,7 @@ class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_
     auto& c = this->comm_;
     if (!this->plain(b)) {
       bufs_.collectives.sum(c, bucket_wire(b), stream_, current_.stats());
-    } else if (is_sparse(this->strategies_[b])) {
+    } else if (this->route(b).sparse) {
       bufs_.collectives.sum(c, bucket_payload(b), stream_, current_.stats());
     } else {
       bufs_.collectives.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_,
@@ -171,7 +171,7 @@ class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_
   void expand_one(std::size_t b, value_type factor) {
     const auto& bk = this->layout_.buckets()[b];
     const bool plain = this->plain(b);
-    if (is_sparse(this->strategies_[b])) {
+    if (this->route(b).sparse) {
       const auto dst = io_.tensors();
       const auto host = io_.host_tensors();
       if (plain) {
@@ -219,10 +219,10 @@ class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_
   // --- ternary_codec (see device_ternary.hpp) ---
 
   // A coded bucket with codec input: it needs scales.
-  bool scaled(std::size_t b) const { return !this->plain(b) && codec_input_size(b) != 0; }
+  bool scaled(std::size_t b) const { return this->route(b).scaled; }
   // Bucket b's codec input: its gathered payload (sparse) or its dense region.
   value_type* codec_input(std::size_t b) {
-    return is_sparse(this->strategies_[b]) ? bucket_payload(b).data() : io_.region(b);
+    return this->route(b).sparse ? bucket_payload(b).data() : io_.region(b);
   }
   std::size_t codec_input_size(std::size_t b) const { return ws().codec_input_of(b); }
   codec_context context(std::size_t b) const noexcept {

@@ -133,7 +133,7 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
       phase_timer t(st.scatter_seconds);
       const value_type factor = factor_of_plain();
       for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (update != nullptr && is_sparse(this->strategies_[b])) {
+        if (update != nullptr && this->route(b).sparse) {
           hold_payload(b, factor);
         } else {
           expand_one(b, factor);
@@ -190,7 +190,7 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
       exec().for_each(n, nonfinite_flag_op<value_type>{first, verdicts_.data() + b}, stream_);
     };
     for (std::size_t b = 0; b < verdicts_.size(); ++b) {
-      if (fused && is_sparse(this->strategies_[b])) {
+      if (fused && this->route(b).sparse) {
         if (const auto p = bucket_payload(b); !p.empty()) flag(b, p.data(), p.size());
       } else {
         io_.for_each_run(this->layout_, b,
@@ -207,7 +207,7 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
     const bool finite = current_.nonfinite_count() == 0;
     const auto& buckets = this->layout_.buckets();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const bool sparse = is_sparse(this->strategies_[b]);
+      const bool sparse = this->route(b).sparse;
       const value_type factor = this->plain(b) ? inv_p : value_type(1);
       if (!finite) {
         if (sparse) {

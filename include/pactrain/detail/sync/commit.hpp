@@ -233,9 +233,10 @@ class sync_core {
     engine().install_state(std::move(staged));
   }
 
-  // Bucket b bypasses the codec (the identity codec always does).
-  [[nodiscard]] bool plain(std::size_t b) const { return is_identity || is_plain(strategies_[b]); }
-  [[nodiscard]] bool coded(std::size_t b) const { return !plain(b); }
+  // How bucket b travels (workspace.hpp); a plain bucket bypasses the codec (the identity
+  // codec's always do).
+  [[nodiscard]] const bucket_route& route(std::size_t b) const { return workspace_.routes[b]; }
+  [[nodiscard]] bool plain(std::size_t b) const { return !route(b).coded; }
 
   void check_bucket(std::size_t b, const char* op) const {
     PACTRAIN_EXPECTS(b < layout_.buckets().size(), std::string("sync::") + op + ": bucket " +
@@ -286,7 +287,7 @@ class sync_core {
       w = workspace_layout::make(
           layout_, strategies, [&](std::size_t i) { return plans[i].count(); },
           [](bucket_strategy s) { return !is_identity && !is_plain(s); },
-          [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); });
+          [&](std::size_t n) { return codec_.wire_size(n, comm_.size()); }, Codec::uses_scale);
       buffers = engine().allocate_workspace(w, std::span<const plan_type>(plans));
     } catch (const std::exception& e) {  // bad_alloc too: never leave the peers waiting
       in.local_error = e.what();

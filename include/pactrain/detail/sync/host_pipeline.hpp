@@ -72,10 +72,10 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   };
 
  protected:
-  using core::coded;
   using core::feedback;
   using core::is_identity;
   using core::plain;
+  using core::route;
 
   host_pipeline(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
       : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
@@ -118,7 +118,7 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   }
 
   [[nodiscard]] bool needs_scale(std::size_t b) const {
-    return scales_.needs_round(coded(b), current_.region(b).empty());
+    return scales_.needs_round(route(b).scaled);
   }
 
   [[nodiscard]] host_buckets<Compactor, value_type> buckets() {
@@ -143,10 +143,10 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   // noise of a larger scale, itself; what exceeds it clips into the residual.
   void prepare(std::size_t b) {
     phase_timer t(current_.stats().gather_seconds);
-    const bool sparse = is_sparse(this->strategies_[b]);
+    const bool sparse = route(b).sparse;
     const auto io = buckets();
     std::span<value_type> region = sparse ? io.gather(b, current_) : io.dense_region(b, current_);
-    if (coded(b)) {
+    if (route(b).coded) {
       if (!sparse) io.zero_pruned(b, region);
       scales_.note_local(this->codec_, b, std::span<const value_type>(region));
     }
@@ -159,13 +159,13 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   }
 
   // Second half of a submission: encode (coded buckets), keep what did not get through
-  // (error feedback), start the allreduce. An empty region sends nothing: region sizes
-  // follow the agreed masks, so every rank skips the same buckets.
+  // (error feedback), start the allreduce. An empty bucket sends nothing: routes follow the
+  // agreed masks, so every rank skips the same buckets.
   void send(std::size_t b) {
     current_.started(b);
     const auto region = current_.region(b);
-    if (region.empty()) return;
-    if (coded(b) && !scales_.finite(b)) {  // known alike on every rank: nothing to sum
+    if (route(b).empty) return;
+    if (route(b).coded && !scales_.finite(b)) {  // known alike on every rank: nothing to sum
       current_.mark_nonfinite(b);
       return;
     }
@@ -218,12 +218,12 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
       }
       phase_timer t(s.scatter_seconds);
       const auto region = current_.region(b);
-      const bool sparse = is_sparse(this->strategies_[b]);
+      const bool sparse = route(b).sparse;
       if (current_.nonfinite(b)) {
         poison(b, sparse, region);
         continue;
       }
-      if (!plain(b) && !region.empty()) {
+      if (route(b).coded && !route(b).empty) {
         this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
       }
       // Plain buckets hold the sum; decode gave the mean. A fused update reads a sparse
@@ -240,9 +240,9 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
     for (std::size_t b = 0; b < current_.buckets(); ++b) {
       // previous_max encoded with last step's finite scale: an Inf or NaN of this step's
       // gradient shows only in the round of next step's scales.
-      if (coded(b) && !current_.nonfinite(b) && scales_.next_nonfinite(b)) {
+      if (route(b).coded && !current_.nonfinite(b) && scales_.next_nonfinite(b)) {
         phase_timer t(s.scatter_seconds);
-        poison(b, is_sparse(this->strategies_[b]), current_.region(b));
+        poison(b, route(b).sparse, current_.region(b));
         current_.mark_nonfinite(b);
       }
     }
@@ -253,12 +253,12 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
         buckets().hand_over(
             *update,
             [&](std::size_t k) {
-              return std::pair{is_sparse(this->strategies_[k]), plain(k) ? inv_p : value_type(1)};
+              return std::pair{route(k).sparse, plain(k) ? inv_p : value_type(1)};
             },
             current_);
       } else {  // no update (GradScaler's skip): write back what is not written yet
         for (const auto b : order) {
-          if (is_sparse(this->strategies_[b]) && !current_.nonfinite(b)) {
+          if (route(b).sparse && !current_.nonfinite(b)) {
             buckets().expand(b, true, current_.region(b), current_,
                              plain(b) ? inv_p : value_type(1));
           }
@@ -281,7 +281,7 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   // bucket is encoded only then: nothing to read again.
   [[nodiscard]] bool finite_result(std::size_t b, bool sparse, std::span<const value_type> region) {
     if constexpr (Codec::uses_scale) {
-      if (coded(b)) return true;
+      if (route(b).coded) return true;
     }
     return buckets().finite(b, sparse, region, current_);
   }

@@ -109,10 +109,8 @@ class scale_exchange : public saved_scales {
     }
   }
 
-  /// A prepared coded bucket whose encoding must wait for a round of this step.
-  [[nodiscard]] bool needs_round(bool coded, bool empty) const noexcept {
-    return !reuse_ && coded && !empty;
-  }
+  /// Whether a prepared bucket (`scaled`: its route's) must wait for a round of this step.
+  [[nodiscard]] bool needs_round(bool scaled) const noexcept { return !reuse_ && scaled; }
 
   /// The scales bucket b encodes and decodes with this step (its first, and all).
   [[nodiscard]] float scale(std::size_t b) const noexcept { return used_[first_[b]]; }
@@ -245,7 +243,7 @@ class scale_exchange<Codec, Comm, false> : public saved_scales {
   void abandon() noexcept {}
   template <class T>
   void note_local(const Codec&, std::size_t, std::span<const T>) noexcept {}
-  [[nodiscard]] bool needs_round(bool, bool) const noexcept { return false; }
+  [[nodiscard]] bool needs_round(bool) const noexcept { return false; }
   [[nodiscard]] float scale(std::size_t) const noexcept { return 0.0f; }
   [[nodiscard]] std::span<const float> scales(std::size_t) const noexcept { return {}; }
   void start(Comm&, sync_stats&, std::size_t) noexcept {}
