@@ -1,7 +1,7 @@
 // The checks on buffers a caller hands over, each throwing pactrain::error before anything
-// changes: the gradients of a step (one flat buffer of every tensor, or one buffer per tensor
-// in layout order; `op` names the call, "allreduce" or "begin_step"), and the buffers of a
-// compactor's gather and scatter.
+// changes, and where a bucket's tensors lie in them: the gradients of a step (one flat buffer of
+// every tensor, or one buffer per tensor in layout order; `op` names the call, "allreduce" or
+// "begin_step"), and the buffers of a compactor's gather and scatter.
 #pragma once
 
 #include <pactrain/error.hpp>
@@ -13,6 +13,27 @@
 #include <string>
 
 namespace pactrain::detail {
+
+/// Where bucket bk's tensors lie back to back in the caller's buffers (`data(i)`: tensor i's
+/// first entry), so that a dense bucket can be summed in place: the first entry of their
+/// region, else null. Empty tensors are skipped: they never force a copy.
+template <class T, class Data>
+[[nodiscard]] T* bucket_in_place(const param_layout& layout, const bucket_info& bk, Data&& data) {
+  T* first = nullptr;
+  T* next = nullptr;
+  for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
+    const std::size_t n = layout.tensors()[i].size;
+    if (n == 0) continue;
+    T* p = data(i);
+    if (first == nullptr) {
+      first = p;
+    } else if (p != next) {
+      return nullptr;
+    }
+    next = p + n;
+  }
+  return first;
+}
 
 template <class T>
 void check_flat_grads(const param_layout& layout, std::span<T> grads, const char* op) {

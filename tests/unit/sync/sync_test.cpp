@@ -63,6 +63,28 @@ TEST_CASE("double gradients through a block mask, tensors in separate buffers") 
   }
 }
 
+TEST_CASE("a dense bucket whose tensors lie back to back around empty ones runs in place") {
+  param_layout l(64);
+  l.add("e0", 0).add("a", 7).add("e1", 0).add("c", 9).add("e2", 0);
+  REQUIRE(l.buckets().size() == 1);
+  pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};
+  std::vector<bitmap_mask> masks;
+  for (const auto& t : l.tensors()) masks.push_back(test::random_mask(t.size, 0.5, t.size + 1));
+  s.set_masks(masks);
+  s.set_strategies({bucket_strategy::dense});
+  auto g = test::values<float>(16, 5);
+  const auto want = test::masked(l, masks, g);
+  // a and c back to back in one buffer; the empty tensors anywhere (null, or elsewhere).
+  float elsewhere = 0;
+  const std::vector<std::span<float>> views = {{},
+                                               std::span<float>(g).first(7),
+                                               std::span<float>(&elsewhere, 0),
+                                               std::span<float>(g).subspan(7),
+                                               {}};
+  s.allreduce(std::span<const std::span<float>>(views));
+  CHECK(g == want);
+}
+
 TEST_CASE("a fully pruned model sends nothing and zeroes everything") {
   const auto l = test::small_layout();
   pactrain::sync<loopback_communicator> s{loopback_communicator{}, l};

@@ -83,7 +83,8 @@ class device_grads {
       if (is_sparse(strategies[b]) || bk.size == 0) continue;
       if (!by_tensor_) {
         region_[b] = flat_.data() + bk.offset;
-      } else if (T* p = in_place(layout, bk); p != nullptr) {
+      } else if (T* p = bucket_in_place<T>(layout, bk, [&](std::size_t i) { return host_[i]; });
+                 p != nullptr) {
         region_[b] = p;
       } else {
         staged_[b] = 1;
@@ -152,23 +153,6 @@ class device_grads {
 
  private:
   static std::string where(const char* op) { return std::string("sync::") + op + ": "; }
-
-  // Where bucket bk's tensors lie back to back: the first entry of their region, else null.
-  [[nodiscard]] T* in_place(const param_layout& layout, const bucket_info& bk) const {
-    T* first = nullptr;
-    T* next = nullptr;
-    for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-      const std::size_t n = layout.tensors()[i].size;
-      if (n == 0) continue;
-      if (first == nullptr) {
-        first = host_[i];
-      } else if (host_[i] != next) {
-        return nullptr;
-      }
-      next = host_[i] + n;
-    }
-    return first;
-  }
 
   template <class F>
   void for_tensors(const param_layout& layout, std::size_t b, F&& f) const {

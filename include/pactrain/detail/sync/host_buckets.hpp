@@ -46,8 +46,8 @@ struct host_buckets {
   std::span<T> dense_region(std::size_t b, Step& step) const {
     const auto& bk = layout.buckets()[b];
     if (bk.size == 0) return {};
+    if (T* p = step.in_place(b)) return {p, bk.size};
     auto region = step.dense_workspace(b, bk.size);
-    if (region.empty()) return std::span<T>(step.view(bk.first_tensor).data(), bk.size);
     std::size_t at = 0;
     for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
       const auto v = step.view(i);

@@ -45,9 +45,13 @@ class host_step : public step_state {
     const auto& buckets = layout.buckets();
     const std::size_t nb = buckets.size();
     dense_offset_.assign(nb, npos);
+    in_place_.assign(nb, nullptr);
     std::size_t needed = 0;
     for (std::size_t b = 0; b < nb; ++b) {
-      if (!is_sparse(strategies[b]) && buckets[b].size != 0 && !contiguous(buckets[b])) {
+      if (is_sparse(strategies[b]) || buckets[b].size == 0) continue;
+      in_place_[b] =
+          bucket_in_place<T>(layout, buckets[b], [&](std::size_t i) { return views_[i].data(); });
+      if (in_place_[b] == nullptr) {
         dense_offset_[b] = needed;
         needed += buckets[b].size;
       }
@@ -82,9 +86,10 @@ class host_step : public step_state {
     }
   }
 
-  /// The stretch of the dense workspace of bucket b, or an empty span when it runs in place.
+  /// Dense bucket b's entries in the caller's buffers when they lie back to back, else null.
+  [[nodiscard]] T* in_place(std::size_t b) const { return in_place_[b]; }
+  /// The stretch of the dense workspace of a dense bucket that is not in place.
   [[nodiscard]] std::span<T> dense_workspace(std::size_t b, std::size_t size) {
-    if (dense_offset_[b] == npos) return {};
     return std::span<T>(dense_).subspan(dense_offset_[b], size);
   }
 
@@ -100,21 +105,13 @@ class host_step : public step_state {
   void started(std::size_t b) { order_.push_back(b); }
 
  private:
-  // True when the bucket's tensors lie back to back in memory, so a dense allreduce can run
-  // on the caller's buffer in place.
-  [[nodiscard]] bool contiguous(const bucket_info& bk) const noexcept {
-    for (std::size_t i = bk.first_tensor + 1; i < bk.first_tensor + bk.tensor_count; ++i) {
-      if (views_[i - 1].data() + views_[i - 1].size() != views_[i].data()) return false;
-    }
-    return true;
-  }
-
   std::vector<std::span<T>> views_;        // the step's tensors
   std::vector<std::span<T>> regions_;      // per bucket: what its collective covers
   std::vector<Request> requests_;          // per bucket
   std::vector<std::size_t> order_;         // buckets in order of their collective's start
   std::size_t done_ = 0;                   // order_[0, done_) are complete or waited for
   std::vector<std::size_t> dense_offset_;  // per bucket: its stretch of dense_, or npos
+  std::vector<T*> in_place_;               // per dense bucket: its region in place, or null
   huge_vector<T> dense_;                   // on huge pages: streamed every step
 };
 
