@@ -23,6 +23,7 @@
 #include <pactrain/cuda/detail/device_workspace.hpp>
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
+#include <pactrain/detail/sync/step_entry.hpp>
 #include <pactrain/detail/sync/step_state.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -41,9 +42,10 @@ namespace pactrain::detail {
 /// step's stream, and the state they share. Engine is the sync specialisation deriving from
 /// it through device_pipeline (sync_core's hooks live there).
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Exec>
-class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>> {
+class device_backend : public step_entry<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>> {
   using compactor_t = basic_device_compactor<Exec>;
   using core = sync_core<Engine, Comm, Codec, Mask, compactor_t>;
+  using entry = step_entry<Engine, Comm, Codec, Mask, compactor_t>;
   using base_codec = base_codec_t<Codec>;
 
  protected:
@@ -77,7 +79,7 @@ class device_backend : public sync_core<Engine, Comm, Codec, Mask, basic_device_
 
   device_backend(Comm comm, param_layout layout, Codec codec, compactor_t compactor,
                  sync_options opt, stream_type stream)
-      : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
+      : entry(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
         home_(stream),
         io_(this->layout_, stream),
         verdicts_(this->layout_.buckets().size(), stream) {}

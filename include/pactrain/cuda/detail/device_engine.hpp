@@ -37,7 +37,9 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   using compactor_t = basic_device_compactor<Exec>;
   using pipeline = detail::device_pipeline<sync, Comm, Codec, Mask, Exec>;
   using core = detail::sync_core<sync, Comm, Codec, Mask, compactor_t>;
+  using entry = detail::step_entry<sync, Comm, Codec, Mask, compactor_t>;
   friend core;
+  friend entry;
   using pipeline::is_ternary;
 
  public:
@@ -117,7 +119,7 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
     finish(true, &update);
   }
   /// True between begin_step and finish_step.
-  using core::step_open;
+  using entry::step_open;
 
   /// Waits for the last step; what a resumed run needs besides masks and strategies (the step
   /// counter, error feedback's residuals), in the host engine's format: a state saved by either
@@ -161,8 +163,8 @@ class sync<Comm, Codec, Mask, basic_device_compactor<Exec>>
   }
 
  private:
-  using core::begin;
-  using core::finish;
+  using entry::begin;
+  using entry::finish;
   using pipeline::exec;
 
   // --- commit hooks (see detail/sync/commit.hpp; the buffers' are the pipeline's) ---

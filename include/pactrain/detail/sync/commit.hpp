@@ -16,14 +16,8 @@
 //   state_sizes()                  {residuals, scales} this engine holds;
 //   stage_state(st)                what install_state needs of a parsed state, built where
 //                                  the state will live; may throw;
-//   install_state(staged)          puts it in place; cannot throw;
-// and six called by the step's entry points begin(), submit() and finish():
-//   current()                      the open step (a step_state);
-//   set_views(views, op)           takes the step's gradients; throws, changing nothing;
-//   open_step(args...)             opens the step over them;
-//   submit_now(b), finish_now(...) the pipeline's submission of bucket b, and the rest;
-//   abandon_step()                 closes the step after a failure; cannot throw.
-// Checked steps (sync_options::checked, checked_step.hpp) live here, so both engines have them.
+//   install_state(staged)          puts it in place; cannot throw.
+// The step's entry points, checked steps included, are step_entry.hpp's, on top of this.
 // One byte format (state_format.hpp) for both: a state saved by either engine loads into
 // the other.
 #pragma once
@@ -32,7 +26,6 @@
 #include <pactrain/communicator.hpp>
 #include <pactrain/compactor.hpp>
 #include <pactrain/detail/agreement.hpp>
-#include <pactrain/detail/sync/checked_step.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/state_format.hpp>
 #include <pactrain/detail/sync/workspace.hpp>
@@ -108,7 +101,6 @@ class sync_core {
   void set_strategies(std::vector<bucket_strategy> s) {
     commit(masks_, std::move(s), "set_strategies");
   }
-  [[nodiscard]] bool step_open() const noexcept { return engine().current().open(); }
 
  protected:
   static constexpr bool is_identity = codec_traits<Codec>::is_identity;
@@ -135,63 +127,6 @@ class sync_core {
     }
     if (!error.empty()) reject(std::move(error), op);
     commit(std::move(full), strategies_, op);
-  }
-
-  // --- the step's entry points; a checked step records this rank's mistakes until finish's
-  // agreement, which every rank reaches, and submits its buckets only then ---
-
-  template <class Views, class... Open>
-  void begin(Views views, const char* op, Open... open) {
-    auto& cur = engine().current();
-    if (!options_.checked) {
-      cur.check_closed(op);
-      engine().set_views(views, op);
-      return engine().open_step(open...);
-    }
-    if (cur.open())
-      return checked_.fail(std::string("sync::") + op +
-                           ": a step is open (begun and not finished)");
-    checked_.open(layout_.buckets().size());
-    try {
-      engine().set_views(views, op);
-    } catch (const std::exception& e) {  // the agreement refuses the step: open only the record
-      checked_.fail(e.what());
-      return cur.step_state::begin(layout_.buckets().size(), begin_stats());
-    }
-    engine().open_step(open...);
-  }
-
-  void submit(std::size_t b) {
-    auto& cur = engine().current();
-    cur.check_open("submit_bucket");
-    if (options_.checked) return checked_.request(b);
-    check_bucket(b, "submit_bucket");
-    cur.check_unsubmitted(b);
-    guarded([&] { engine().submit_now(b); });
-  }
-
-  template <class... Args>
-  void finish(Args&&... args) {
-    if (options_.checked) agree_checked();
-    engine().current().check_open("finish_step");
-    guarded([&] {
-      if (options_.checked) {
-        for (const auto b : checked_.order()) engine().submit_now(b);
-      }
-      engine().finish_now(std::forward<Args>(args)...);
-    });
-  }
-
-  // A failure inside a step (a communication error, an allocation) abandons the step, so the
-  // engine can begin another; what was already written or queued stays.
-  template <class F>
-  void guarded(F&& f) {
-    try {
-      f();
-    } catch (...) {
-      engine().abandon_step();
-      throw;
-    }
   }
 
   // --- state across a resume (sync::save_state and load_state) ---
@@ -365,19 +300,6 @@ class sync_core {
   std::uint64_t step_ = 0;
 
  private:
-  // One agreement round: every rank's verdict, the submission order, and what is committed.
-  void agree_checked() {
-    guarded([&] {
-      agree(comm_,
-            checked_.agreement(layout_, engine().current().open(), codec_digest(), mask_digests_));
-    });
-    auto& s = engine().current().stats();
-    ++s.collectives;
-    s.bytes_sent += agreement_words * sizeof(std::uint64_t);
-  }
-
-  checked_step checked_;  // sync_options::checked: the open step's record
-
   Engine& engine() noexcept { return static_cast<Engine&>(*this); }
   const Engine& engine() const noexcept { return static_cast<const Engine&>(*this); }
 };

@@ -1,6 +1,6 @@
 // The host engine under the public facade (pactrain/sync.hpp): the hooks of the shared core
-// (commit.hpp: the step's entry points, checked steps, the commit and the state across a
-// resume) over the bucket pipeline of host_pipeline.hpp.
+// (step_entry.hpp: the step's entry points and checked steps; commit.hpp: the commit and the
+// state across a resume) over the bucket pipeline of host_pipeline.hpp.
 #pragma once
 
 #include <pactrain/communicator.hpp>
@@ -23,7 +23,9 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
                                          Mask, Compactor> {
   using pipeline = host_pipeline<host_engine, Comm, Codec, Mask, Compactor>;
   using core = sync_core<host_engine, Comm, Codec, Mask, Compactor>;
+  using entry = step_entry<host_engine, Comm, Codec, Mask, Compactor>;
   friend core;
+  friend entry;
 
  public:
   using pipeline::plain_supported;

@@ -26,6 +26,7 @@
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
 #include <pactrain/detail/sync/state_format.hpp>
+#include <pactrain/detail/sync/step_entry.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
 #include <pactrain/huge_pages.hpp>
@@ -45,8 +46,9 @@ namespace pactrain::detail {
 /// The step of the host engine: prepare, send and complete each bucket, then close the step.
 /// Engine is the host_engine deriving from it (sync_core's hooks live there).
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Compactor>
-class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
+class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
   using core = sync_core<Engine, Comm, Codec, Mask, Compactor>;
+  using entry = step_entry<Engine, Comm, Codec, Mask, Compactor>;
 
   static_assert(bucket_codec<Codec>,
                 "pactrain::sync: Codec must provide wire_size, validate, encode, decode and "
@@ -78,7 +80,7 @@ class host_pipeline : public sync_core<Engine, Comm, Codec, Mask, Compactor> {
   using core::route;
 
   host_pipeline(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
-      : core(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
+      : entry(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
 
   void open_step() {
     current_.begin(this->layout_, this->strategies_, this->begin_stats());
