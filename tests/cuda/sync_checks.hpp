@@ -458,15 +458,15 @@ struct sync_checks {
   // bit for bit, for sparse, dense and plain buckets, and leaves sparse buckets' gradients
   // unwritten as the host engine does; a step with a NaN makes no update and writes every
   // gradient back.
-  template <class Codec>
+  template <class Codec, class Mask = bitmap_mask>
   void fused(Codec codec = {}) const {
     const auto l = small_layout();
     const std::size_t n = l.total_size();
-    using device_sync = pactrain::sync<comm_type, Codec, bitmap_mask, Compactor>;
+    using device_sync = pactrain::sync<comm_type, Codec, Mask, Compactor>;
     device_sync ds{make_comm(), l, codec, sync_options{}, stream};
-    pactrain::sync<host_comm_type, Codec> hs{make_host_comm(), l, codec};
+    pactrain::sync<host_comm_type, Codec, Mask> hs{make_host_comm(), l, codec};
     using B = bucket_strategy;
-    const auto masks = masks_for<bitmap_mask>(l, 0.4, 11);
+    const auto masks = masks_for<Mask>(l, 0.4, 11);
     commit_all(masks, {B::sparse, B::dense, B::sparse_plain}, ds, hs);
     std::size_t kept = 0;  // a kept entry of the first tensor (bucket 0), for the NaN
     while (!masks[0].test(kept)) ++kept;
@@ -628,6 +628,8 @@ struct sync_checks {
     SUBCASE("checked steps") { checked(); }
     SUBCASE("fused update") {
       fused<identity_codec<float>>();
+      fused<identity_codec<float>, index_mask>();  // the update's index and block paths
+      fused<identity_codec<float>, block_mask<4>>();
       fused<fp16_codec>();
       fused<error_feedback<ternary_codec>>(ternary_codec{{.seed = 3, .scale_block = 64}});
     }
