@@ -63,7 +63,7 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
   using backend::verdicts_host_;
   using backend::ws;
 
-  // --- step hooks (see detail/sync/commit.hpp); bad input throws before anything is queued
+  // --- step hooks (see detail/sync/step_entry.hpp); bad input throws before anything is queued
   // and leaves no step open ---
 
   step_state& current() noexcept { return current_; }
@@ -90,8 +90,10 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
   // payloads in place of their scatter once the verdict says every bucket is finite.
   template <class Update = no_update>
   void finish_now(bool judge = false, Update* update = nullptr) {
+    constexpr bool fused = !std::is_same_v<Update, no_update>;
     const auto& buckets = this->layout_.buckets();
     auto& st = current_.stats();
+    const value_type factor = factor_of_plain();
     {
       phase_timer t(st.gather_seconds);
       for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -131,15 +133,14 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
     }
     {
       phase_timer t(st.scatter_seconds);
-      const value_type factor = factor_of_plain();
       for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (update != nullptr && this->route(b).sparse) {
+        if (fused && this->route(b).sparse) {
           hold_payload(b, factor);
         } else {
           expand_one(b, factor);
         }
       }
-      if (judge) queue_verdicts(update != nullptr);
+      if (judge) queue_verdicts(fused);
       if constexpr (is_ternary) {
         bufs_.ternary.end_step(
             exec(), stream_,
@@ -148,12 +149,9 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
             next);
       }
     }
-    if (update == nullptr) step_done_.record(Exec::native(stream_));
     if (judge) read_verdicts();
-    if constexpr (!std::is_same_v<Update, no_update>) {
-      hand_over(*update, factor_of_plain());
-      step_done_.record(Exec::native(stream_));
-    }
+    if constexpr (fused) hand_over(*update, factor);  // queued after the verdict
+    step_done_.record(Exec::native(stream_));
     if constexpr (is_ternary) bufs_.ternary.settle(current_.nonfinite_count() == 0);
     st.nonfinite_buckets = current_.nonfinite_count();
     current_.close();
