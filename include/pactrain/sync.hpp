@@ -131,7 +131,7 @@ class sync : private detail::host_engine<Comm, Codec, Mask, Compactor> {
   /// writes them. sgd::fused (sgd.hpp) makes such an update.
   template <fused_update<value_type> Update>
   void finish_step(Update& update) {
-    this->finish(&update);
+    this->finish(true, &update);
   }
   /// allreduce fused with the optimizer step, as finish_step(update).
   template <fused_update<value_type> Update>

@@ -1,4 +1,4 @@
-// The device engine's bucket primitives (device_pipeline.hpp runs the step over them),
+// The device engine's bucket operations (device_pipeline.hpp builds the step's primitives on them),
 // queued on the step's stream and never synchronised:
 //   gather    the bucket's codec input: its gathered payload (sparse; the 16-bit codecs'
 //             rounding fused in) or its dense region (staged in when its tensors are not back
@@ -23,7 +23,7 @@
 #include <pactrain/cuda/detail/device_workspace.hpp>
 #include <pactrain/detail/sync/commit.hpp>
 #include <pactrain/detail/sync/phase_timer.hpp>
-#include <pactrain/detail/sync/step_entry.hpp>
+#include <pactrain/detail/sync/step_flow.hpp>
 #include <pactrain/detail/sync/step_state.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/layout.hpp>
@@ -42,10 +42,10 @@ namespace pactrain::detail {
 /// step's stream, and the state they share. Engine is the sync specialisation deriving from
 /// it through device_pipeline (sync_core's hooks live there).
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Exec>
-class device_backend : public step_entry<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>> {
+class device_backend : public step_flow<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>> {
   using compactor_t = basic_device_compactor<Exec>;
   using core = sync_core<Engine, Comm, Codec, Mask, compactor_t>;
-  using entry = step_entry<Engine, Comm, Codec, Mask, compactor_t>;
+  using flow = step_flow<Engine, Comm, Codec, Mask, compactor_t>;
   using base_codec = base_codec_t<Codec>;
 
  protected:
@@ -79,7 +79,7 @@ class device_backend : public step_entry<Engine, Comm, Codec, Mask, basic_device
 
   device_backend(Comm comm, param_layout layout, Codec codec, compactor_t compactor,
                  sync_options opt, stream_type stream)
-      : entry(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
+      : flow(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt),
         home_(stream),
         io_(this->layout_, stream),
         verdicts_(this->layout_.buckets().size(), stream) {}
@@ -143,7 +143,7 @@ class device_backend : public step_entry<Engine, Comm, Codec, Mask, basic_device
   }
 
   // Bucket b's collective: queued on the step's stream (stream-ordered communicators), or
-  // started and left in flight until reduce_rest waits (host communicators).
+  // started and left in flight until flush waits (host communicators).
   void reduce_one(std::size_t b) {
     const auto& bk = this->layout_.buckets()[b];
     auto& c = this->comm_;
@@ -155,16 +155,6 @@ class device_backend : public step_entry<Engine, Comm, Codec, Mask, basic_device
       bufs_.collectives.sum(c, std::span<value_type>(io_.region(b), bk.size), stream_,
                             current_.stats());
     }
-  }
-
-  // The collectives of every bucket not yet submitted, launched together where the
-  // communicator can group them; then, for host communicators, waits for all of them.
-  void reduce_rest() {
-    bufs_.collectives.group(this->comm_, [&] {
-      for (std::size_t b = 0; b < current_.buckets(); ++b) {
-        if (!current_.submitted(b)) reduce_one(b);
-      }
-    });
   }
 
   // Bucket b's mean, +0 at pruned entries. A coded dense bucket is decoded in place (pruned

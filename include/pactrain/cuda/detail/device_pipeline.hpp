@@ -1,9 +1,11 @@
-// The device engine's step (device_engine.hpp adds the public face and the commit checks on
-// top) over the bucket primitives of device_backend.hpp, queued on the step's stream:
-//   submit_bucket  gather, a MAX round of its own for a scaled bucket (current_max), encode,
-//                  reduce;
-//   finish_step    gather every other bucket, one MAX round for the scales they need, encode,
-//                  reduce them grouped; previous_max's round of the next step's scales; expand.
+// The device engine's step primitives (device_engine.hpp adds the public face and the commit
+// checks on top; step_flow.hpp runs the step over them), queued on the step's stream over the
+// bucket operations of device_backend.hpp:
+//   prepare, send  gather (the codec input, local scales), encode, and the sum: at once for
+//                  submit_bucket (a scaled ternary bucket behind a MAX round of its own), in
+//                  one group for finish_step (behind one MAX round for the scales they need);
+//   start_next     previous_max's round of the next step's scales;
+//   complete       decode and expand, or hold the payload for a fused update.
 // The ternary residuals and selector, and previous_max's scales, advance on the device only
 // when every scale of the step is finite (device_ternary.hpp).
 // The verdict is deferred (the host learns it only by waiting): sync::allreduce waits, judges
@@ -26,11 +28,11 @@
 
 namespace pactrain::detail {
 
-/// The step of the device engine: the step hooks of sync_core, submit and finish over the
-/// bucket primitives, the deferred verdict and the fused update's hand-over.
+/// The step hooks and step primitives of the device engine, and its deferred verdict.
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Exec>
 class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
   using backend = device_backend<Engine, Comm, Codec, Mask, Exec>;
+  friend step_flow<Engine, Comm, Codec, Mask, basic_device_compactor<Exec>>;
 
  public:
   using typename backend::plan_type;
@@ -41,7 +43,6 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
  protected:
   using backend::backend;
   using backend::bucket_payload;
-  using backend::bucket_wire;
   using backend::bufs_;
   using backend::current_;
   using backend::encode_one;
@@ -54,7 +55,6 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
   using backend::io_;
   using backend::is_ternary;
   using backend::reduce_one;
-  using backend::reduce_rest;
   using backend::reusing;
   using backend::scaled;
   using backend::step_done_;
@@ -80,105 +80,112 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
     io_.begin(exec(), this->layout_, this->strategies_, stream, home_, step_done_);
     if constexpr (is_ternary) bufs_.ternary.begin_step(exec(), stream);
     stream_ = stream;
+    group_.clear();
     current_.begin(this->layout_.buckets().size(), this->begin_stats());
   }
   // What was queued still runs.
   void abandon_step() noexcept { current_.close(); }
 
-  // `judge`: wait for the step and judge its results (the synchronous step). `update`: null,
-  // or the fused optimizer step (see device_engine.hpp), which takes the sparse buckets'
-  // payloads in place of their scatter once the verdict says every bucket is finite.
-  template <class Update = no_update>
-  void finish_now(bool judge = false, Update* update = nullptr) {
-    constexpr bool fused = !std::is_same_v<Update, no_update>;
-    const auto& buckets = this->layout_.buckets();
-    auto& st = current_.stats();
-    const value_type factor = factor_of_plain();
-    {
-      phase_timer t(st.gather_seconds);
-      for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (current_.submitted(b)) continue;
-        if constexpr (is_ternary) {
-          if (scaled(b)) (void)(reusing() ? bufs_.ternary.own(b) : bufs_.ternary.in_round(b));
-        }
-        gather_one(b);
-      }
+  // --- the bucket primitives of step_flow.hpp ---
+
+  static void send_ready() noexcept {}  // a bucket is sent behind its round on the stream
+  // Bucket b's codec input; a scaled one takes its own scale words (submit_bucket's round, or
+  // previous_max's next round) or the next ones of finish's round.
+  void prepare(std::size_t b, bool alone) {
+    phase_timer t(current_.stats().gather_seconds);
+    if constexpr (is_ternary) {
+      if (scaled(b)) (void)(alone || reusing() ? bufs_.ternary.own(b) : bufs_.ternary.in_round(b));
     }
-    if constexpr (is_ternary) {  // one round for every scale they need, then their encoding
-      if (!bufs_.ternary.round().empty()) {
-        phase_timer t(st.allreduce_seconds);
-        bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, st);
-      }
-      phase_timer t(st.gather_seconds);
-      for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (current_.submitted(b) || !scaled(b)) continue;
-        if (!reusing()) bufs_.ternary.note_verdict(exec(), b, stream_);
+    gather_one(b);
+    current_.mark_submitted(b);
+  }
+  [[nodiscard]] bool needs_round(std::size_t b) const { return scaled(b) && !reusing(); }
+  void start_round(std::size_t b) {
+    if constexpr (is_ternary) {
+      phase_timer t(current_.stats().allreduce_seconds);
+      bufs_.collectives.max(this->comm_, bufs_.ternary.slots(b), stream_, current_.stats());
+      bufs_.ternary.note_verdict(exec(), b, stream_);
+    }
+    send(b, false);
+  }
+  void round(std::span<const std::size_t> due) {
+    if constexpr (is_ternary) {
+      phase_timer t(current_.stats().allreduce_seconds);
+      bufs_.collectives.max(this->comm_, bufs_.ternary.round(), stream_, current_.stats());
+      for (const auto b : due) bufs_.ternary.note_verdict(exec(), b, stream_);
+    }
+  }
+  // The ternary encode (the 16-bit codecs' is fused into the gather); the sum now, or, for
+  // finish's buckets, in flush's group.
+  void send(std::size_t b, bool grouped) {
+    current_.started(b);
+    if constexpr (is_ternary) {
+      if (scaled(b)) {
+        phase_timer t(current_.stats().gather_seconds);
         encode_one(b);
       }
     }
-    {
-      phase_timer t(st.allreduce_seconds);
-      reduce_rest();
-    }
-    // previous_max: the round of the next step's scales, which also judges this step's.
-    const bool next = reusing() && ws().codec_input_size() != 0;
+    if (grouped) return group_.push_back(b);
+    phase_timer t(current_.stats().allreduce_seconds);
+    reduce_one(b);
+  }
+  // The grouped sums, launched together where the communicator can; then, for host
+  // communicators, waits for every sum of the step.
+  void flush() {
+    phase_timer t(current_.stats().allreduce_seconds);
+    bufs_.collectives.group(this->comm_, [&] {
+      for (const auto b : group_) reduce_one(b);
+    });
+  }
+  // previous_max: the round of the next step's scales, which also judges this step's.
+  void start_next() {
+    next_ = reusing() && ws().codec_input_size() != 0;
     if constexpr (is_ternary) {
-      if (next) {
-        phase_timer t(st.allreduce_seconds);
-        bufs_.collectives.max(this->comm_, bufs_.ternary.next_round(), stream_, st);
-        for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (scaled(b)) bufs_.ternary.note_verdict(exec(), b, stream_);
-        }
+      if (!next_) return;
+      phase_timer t(current_.stats().allreduce_seconds);
+      bufs_.collectives.max(this->comm_, bufs_.ternary.next_round(), stream_, current_.stats());
+      for (std::size_t b = 0; b < current_.buckets(); ++b) {
+        if (scaled(b)) bufs_.ternary.note_verdict(exec(), b, stream_);
       }
     }
+  }
+  void complete(std::size_t b, bool hold) {
+    phase_timer t(current_.stats().scatter_seconds);
+    if (hold) {
+      hold_payload(b, factor_of_plain());
+    } else {
+      expand_one(b, factor_of_plain());
+    }
+  }
+  // `judge`: wait for the step and judge its results (the synchronous step).
+  void close_rounds(bool judge, bool fused) {
     {
-      phase_timer t(st.scatter_seconds);
-      for (std::size_t b = 0; b < buckets.size(); ++b) {
-        if (fused && this->route(b).sparse) {
-          hold_payload(b, factor);
-        } else {
-          expand_one(b, factor);
-        }
-      }
+      phase_timer t(current_.stats().scatter_seconds);
       if (judge) queue_verdicts(fused);
       if constexpr (is_ternary) {
         bufs_.ternary.end_step(
             exec(), stream_,
             judge ? std::span<const std::uint64_t>(verdicts_.data(), verdicts_.size())
                   : std::span<const std::uint64_t>{},
-            next);
+            next_);
       }
     }
     if (judge) read_verdicts();
-    if constexpr (fused) hand_over(*update, factor);  // queued after the verdict
+  }
+  void keep_state(bool finite) {
     step_done_.record(Exec::native(stream_));
-    if constexpr (is_ternary) bufs_.ternary.settle(current_.nonfinite_count() == 0);
-    st.nonfinite_buckets = current_.nonfinite_count();
-    current_.close();
-    this->end_step(st, current_.start());
+    if constexpr (is_ternary) bufs_.ternary.settle(finite);
+  }
+  [[nodiscard]] std::span<value_type> tensor_payload(std::size_t i) {
+    return {bufs_.payload.data() + ws().tensor_payload[i], this->plans_[i].count()};
+  }
+  [[nodiscard]] std::span<value_type> tensor(std::size_t i) { return io_.tensor(this->layout_, i); }
+  void write_back(std::size_t b) {
+    bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), io_.tensors(), io_.host_tensors(),
+                          this->factor(b), stream_);
   }
 
-  // Bucket b's gather and collective now (the step's submit_bucket); a scaled ternary bucket
-  // takes a MAX round of its own first.
-  void submit_now(std::size_t b) {
-    if constexpr (is_ternary) {
-      if (scaled(b)) bufs_.ternary.own(b);
-    }
-    gather_one(b);
-    if constexpr (is_ternary) {
-      if (scaled(b)) {
-        if (!reusing()) {
-          bufs_.collectives.max(this->comm_, bufs_.ternary.own(b), stream_, current_.stats());
-          bufs_.ternary.note_verdict(exec(), b, stream_);
-        }
-        encode_one(b);
-      }
-    }
-    reduce_one(b);
-    current_.mark_submitted(b);
-  }
-
-  // --- the deferred verdict, and the fused update that waits for it ---
+  // --- the deferred verdict ---
 
   // One flag word per bucket, set by any Inf or NaN in its written-back result (pruned
   // entries are +0 by now), or, for a sparse bucket held for a fused update, in its payload.
@@ -196,38 +203,6 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
       }
     }
   }
-  // After the verdict: every tensor to `u` in layout order (a sparse bucket's kept entries
-  // from its payload, a dense bucket's written-back tensor), then u.done(); after a
-  // non-finite step no update, and the sparse buckets are written back instead.
-  template <class Update>
-  void hand_over(Update& u, value_type inv_p) {
-    phase_timer t(current_.stats().scatter_seconds);
-    const bool finite = current_.nonfinite_count() == 0;
-    const auto& buckets = this->layout_.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const bool sparse = this->route(b).sparse;
-      const value_type factor = this->plain(b) ? inv_p : value_type(1);
-      if (!finite) {
-        if (sparse) {
-          bufs_.buckets.scatter(exec(), b, bucket_payload(b).data(), io_.tensors(),
-                                io_.host_tensors(), factor, stream_);
-        }
-        continue;
-      }
-      const auto& bk = buckets[b];
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        if (sparse) {
-          u.kept(i,
-                 std::span<const value_type>(bufs_.payload.data() + ws().tensor_payload[i],
-                                             this->plans_[i].count()),
-                 factor);
-        } else {
-          u.dense(i, std::span<const value_type>(io_.tensor(this->layout_, i)));
-        }
-      }
-    }
-    if (finite) u.done();
-  }
   // Waits for the step; marks its non-finite buckets (the ternary residuals' rule read the
   // same flags on the device).
   void read_verdicts() {
@@ -237,6 +212,9 @@ class device_pipeline : public device_backend<Engine, Comm, Codec, Mask, Exec> {
       if (verdicts_host_[b] != 0) current_.mark_nonfinite(b);
     }
   }
+
+  std::vector<std::size_t> group_;  // finish's buckets, summed in one group by flush
+  bool next_ = false;               // previous_max's next round runs in this step
 };
 
 }  // namespace pactrain::detail

@@ -109,26 +109,6 @@ struct host_buckets {
     return true;
   }
 
-  /// The fused step: every tensor's result to `u` in layout order, a sparse bucket's as its
-  /// payload (kept entries in index order) with the factor the scatter would apply, a dense
-  /// bucket's as the written-back tensor; then u.done(). `kind(b)`: {sparse, factor}.
-  template <class Update, class Kind, class Step>
-  void hand_over(Update& u, Kind&& kind, const Step& step) const {
-    const auto& buckets = layout.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto [sparse, factor] = kind(b);
-      const auto& bk = buckets[b];
-      for (std::size_t i = bk.first_tensor; i < bk.first_tensor + bk.tensor_count; ++i) {
-        if (sparse) {
-          u.kept(i, std::span<const T>(tensor_payload(i)), factor);
-        } else {
-          u.dense(i, std::span<const T>(step.view(i)));
-        }
-      }
-    }
-    u.done();
-  }
-
   /// dst = factor * src at tensor i's kept entries, +0 elsewhere; src may be dst itself.
   void expand_dense(std::size_t i, std::span<T> src, std::span<T> dst, T factor) const {
     const auto& plan = plans[i];

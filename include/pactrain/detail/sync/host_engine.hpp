@@ -1,6 +1,7 @@
 // The host engine under the public facade (pactrain/sync.hpp): the hooks of the shared core
 // (step_entry.hpp: the step's entry points and checked steps; commit.hpp: the commit and the
-// state across a resume) over the bucket pipeline of host_pipeline.hpp.
+// state across a resume) and the step (step_flow.hpp) over the bucket primitives of
+// host_pipeline.hpp.
 #pragma once
 
 #include <pactrain/communicator.hpp>
@@ -24,8 +25,10 @@ class host_engine : public host_pipeline<host_engine<Comm, Codec, Mask, Compacto
   using pipeline = host_pipeline<host_engine, Comm, Codec, Mask, Compactor>;
   using core = sync_core<host_engine, Comm, Codec, Mask, Compactor>;
   using entry = step_entry<host_engine, Comm, Codec, Mask, Compactor>;
+  using flow = step_flow<host_engine, Comm, Codec, Mask, Compactor>;
   friend core;
   friend entry;
+  friend flow;
 
  public:
   using pipeline::plain_supported;

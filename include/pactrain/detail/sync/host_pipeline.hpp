@@ -1,11 +1,11 @@
-// The host engine's bucket pipeline (host_engine.hpp adds configuration, resume and checked
-// steps on top):
+// The host engine's bucket primitives, over which step_flow.hpp runs the step (host_engine.hpp
+// adds the commit and state hooks on top):
 //   prepare   the bucket's codec input: its gathered payload (sparse) or its dense region,
 //             pruned entries zeroed for a coded dense bucket; its local scale;
 //   send      encode (coded buckets; error feedback adds and keeps the residual here) and
 //             start the allreduce;
 //   complete  wait in order of submission, decode, expand (+0 at pruned entries, 1/P folded
-//             in where no decode did it), and check the result for Inf and NaN.
+//             in where no decode did it), and check the result for Inf and NaN at once.
 // Non-finite policy: a bucket whose result would hold an Inf or a NaN in a dense allreduce
 // comes back non-finite on every rank (a coded bucket whose scale is not finite comes back
 // all NaN), is counted in stats, and the step then leaves all state as it was: error feedback
@@ -26,7 +26,7 @@
 #include <pactrain/detail/sync/phase_timer.hpp>
 #include <pactrain/detail/sync/scale_exchange.hpp>
 #include <pactrain/detail/sync/state_format.hpp>
-#include <pactrain/detail/sync/step_entry.hpp>
+#include <pactrain/detail/sync/step_flow.hpp>
 #include <pactrain/error.hpp>
 #include <pactrain/feedback.hpp>
 #include <pactrain/huge_pages.hpp>
@@ -43,12 +43,13 @@
 
 namespace pactrain::detail {
 
-/// The step of the host engine: prepare, send and complete each bucket, then close the step.
-/// Engine is the host_engine deriving from it (sync_core's hooks live there).
+/// The bucket primitives of the host engine and the state they share. Engine is the host_engine
+/// deriving from it (sync_core's hooks live there).
 template <class Engine, communicator Comm, class Codec, gradient_mask Mask, class Compactor>
-class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
+class host_pipeline : public step_flow<Engine, Comm, Codec, Mask, Compactor> {
   using core = sync_core<Engine, Comm, Codec, Mask, Compactor>;
-  using entry = step_entry<Engine, Comm, Codec, Mask, Compactor>;
+  using flow = step_flow<Engine, Comm, Codec, Mask, Compactor>;
+  friend flow;
 
   static_assert(bucket_codec<Codec>,
                 "pactrain::sync: Codec must provide wire_size, validate, encode, decode and "
@@ -80,70 +81,25 @@ class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
   using core::route;
 
   host_pipeline(Comm comm, param_layout layout, Codec codec, Compactor compactor, sync_options opt)
-      : entry(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
+      : flow(std::move(comm), std::move(layout), std::move(codec), std::move(compactor), opt) {}
 
   void open_step() {
     current_.begin(this->layout_, this->strategies_, this->begin_stats());
     scales_.open_step(this->codec_, this->layout_.buckets().size());
+    waited_ = 0;
   }
 
-  void submit_now(std::size_t b) {
-    send_scaled();
-    prepare(b);
-    if (needs_scale(b)) {
-      scales_.start(this->comm_, current_.stats(), b);
-    } else {
-      send(b);
-    }
+  // --- the bucket primitives of step_flow.hpp ---
+
+  void send_ready() {
+    scales_.complete_started(current_.stats(), [&](std::size_t b) { send(b, false); });
   }
 
-  // `update`: null, or the fused optimizer step (see sync.hpp) that takes the results.
-  template <class Update = no_update>
-  void finish_now(Update* update = nullptr) {
-    send_scaled();
-    // A bucket that needs no scale of this step is sent as soon as it is prepared, so its
-    // allreduce moves while the next one is compacted; the others wait for one round.
-    auto& due = scales_.due();
-    due.clear();
-    for (std::size_t b = 0; b < current_.buckets(); ++b) {
-      if (current_.submitted(b)) continue;
-      prepare(b);
-      if (needs_scale(b)) {
-        due.push_back(b);
-      } else {
-        send(b);
-      }
-    }
-    if (!due.empty()) scales_.reduce_due(this->comm_, current_.stats());
-    for (const auto b : due) send(b);
-    complete(update);
-  }
-
-  [[nodiscard]] bool needs_scale(std::size_t b) const {
-    return scales_.needs_round(route(b).scaled);
-  }
-
-  [[nodiscard]] host_buckets<Compactor, value_type> buckets() {
-    return {this->compactor_, this->layout_, this->plans_, this->workspace_, payload_};
-  }
-  std::span<wire_type> wire_of(std::size_t b) {
-    return std::span<wire_type>(wire_).subspan(this->workspace_.wire[b],
-                                               this->workspace_.wire_of(b));
-  }
-  codec_context context(std::size_t b) const noexcept {
-    return codec_context{.rank = this->comm_.rank(),
-                         .size = this->comm_.size(),
-                         .step = this->step_,
-                         .bucket = b,
-                         .scale = scales_.scale(b),
-                         .scales = scales_.scales(b)};
-  }
-
-  // First half of a submission: the bucket's codec input. A coded dense bucket has its
-  // pruned entries zeroed, so they sway neither the scale nor the residuals. The scale comes
-  // from the fresh gradient: a residual that counted would feed the scale and, through the
-  // noise of a larger scale, itself; what exceeds it clips into the residual.
-  void prepare(std::size_t b) {
+  // The bucket's codec input. A coded dense bucket has its pruned entries zeroed, so they sway
+  // neither the scale nor the residuals. The scale comes from the fresh gradient: a residual
+  // that counted would feed the scale and, through the noise of a larger scale, itself; what
+  // exceeds it clips into the residual.
+  void prepare(std::size_t b, bool /*alone*/) {
     phase_timer t(current_.stats().gather_seconds);
     const bool sparse = route(b).sparse;
     const auto io = buckets();
@@ -154,16 +110,18 @@ class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
     }
     current_.mark_submitted(b, region);
   }
-
-  // Completes submit_bucket's scale rounds and sends those buckets.
-  void send_scaled() {
-    scales_.complete_started(current_.stats(), [&](std::size_t b) { send(b); });
+  [[nodiscard]] bool needs_round(std::size_t b) const {
+    return scales_.needs_round(route(b).scaled);
+  }
+  void start_round(std::size_t b) { scales_.start(this->comm_, current_.stats(), b); }
+  void round(std::span<const std::size_t> due) {
+    scales_.reduce_due(this->comm_, current_.stats(), due);
   }
 
-  // Second half of a submission: encode (coded buckets), keep what did not get through
-  // (error feedback), start the allreduce. An empty bucket sends nothing: routes follow the
-  // agreed masks, so every rank skips the same buckets.
-  void send(std::size_t b) {
+  // Encode (coded buckets), keep what did not get through (error feedback), start the
+  // allreduce. An empty bucket sends nothing: routes follow the agreed masks, so every rank
+  // skips the same buckets.
+  void send(std::size_t b, bool /*grouped*/) {
     current_.started(b);
     const auto region = current_.region(b);
     if (route(b).empty) return;
@@ -200,82 +158,78 @@ class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
     ++s.collectives;
     current_.progress(0);
   }
+  static void flush() noexcept {}  // each sum started at its send
+  // The same on every rank: input sizes follow the agreed masks.
+  void start_next() {
+    scales_.start_next(this->comm_, current_.stats(), this->workspace_.codec_input_size() != 0);
+  }
 
-  // Waits for the buckets in submission order, writes them back and judges them finite or
-  // not; reduces next step's scales alongside (previous_max); keeps the step's new state only
-  // when every bucket is finite; closes the step.
-  template <class Update>
-  void complete(Update* update) {
+  // Waits for bucket b (the next in order of submission), writes it back and judges it finite
+  // or not. A fused update reads a held bucket's payload itself, after every verdict.
+  void complete(std::size_t b, bool hold) {
     auto& s = current_.stats();
-    const value_type inv_p = value_type(1) / static_cast<value_type>(this->comm_.size());
-    // The same on every rank: input sizes follow the agreed masks.
-    scales_.start_next(this->comm_, s, this->workspace_.codec_input_size() != 0);
-    const auto& order = current_.order();
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const std::size_t b = order[k];
-      {
-        phase_timer t(s.allreduce_seconds);
-        current_.request(b).wait();
-        current_.progress(k + 1);
-      }
-      phase_timer t(s.scatter_seconds);
-      const auto region = current_.region(b);
-      const bool sparse = route(b).sparse;
-      if (current_.nonfinite(b)) {
-        poison(b, sparse, region);
-        continue;
-      }
-      if (route(b).coded && !route(b).empty) {
-        this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
-      }
-      // Plain buckets hold the sum; decode gave the mean. A fused update reads a sparse
-      // bucket's payload itself, after every verdict: nothing is written back.
-      const value_type factor = plain(b) ? inv_p : value_type(1);
-      const bool written = update == nullptr || !sparse;
-      if (written) buckets().expand(b, sparse, region, current_, factor);
-      if (!finite_result(b, sparse, region)) {
-        current_.mark_nonfinite(b);
-        if (!written) buckets().expand(b, sparse, region, current_, factor);
-      }
+    {
+      phase_timer t(s.allreduce_seconds);
+      current_.request(b).wait();
+      current_.progress(++waited_);
     }
+    phase_timer t(s.scatter_seconds);
+    const auto region = current_.region(b);
+    const bool sparse = route(b).sparse;
+    if (current_.nonfinite(b)) return poison(b, sparse, region);
+    if (route(b).coded && !route(b).empty) {
+      this->codec_.decode(std::span<const wire_type>(wire_of(b)), region, context(b));
+    }
+    if (!hold) buckets().expand(b, sparse, region, current_, this->factor(b));
+    if (!finite_result(b, sparse, region)) {
+      current_.mark_nonfinite(b);
+      if (hold) buckets().expand(b, sparse, region, current_, this->factor(b));
+    }
+  }
+  // previous_max encoded with last step's finite scale: an Inf or NaN of this step's gradient
+  // shows only in the round of next step's scales.
+  void close_rounds(bool /*judge: always*/, bool /*fused*/) {
+    auto& s = current_.stats();
     scales_.wait_next(s);
     for (std::size_t b = 0; b < current_.buckets(); ++b) {
-      // previous_max encoded with last step's finite scale: an Inf or NaN of this step's
-      // gradient shows only in the round of next step's scales.
       if (route(b).coded && !current_.nonfinite(b) && scales_.next_nonfinite(b)) {
         phase_timer t(s.scatter_seconds);
         poison(b, route(b).sparse, current_.region(b));
         current_.mark_nonfinite(b);
       }
     }
-    const bool finite = current_.nonfinite_count() == 0;
-    if constexpr (!std::is_same_v<Update, no_update>) {
-      phase_timer t(s.scatter_seconds);
-      if (finite) {
-        buckets().hand_over(
-            *update,
-            [&](std::size_t k) {
-              return std::pair{route(k).sparse, plain(k) ? inv_p : value_type(1)};
-            },
-            current_);
-      } else {  // no update (GradScaler's skip): write back what is not written yet
-        for (const auto b : order) {
-          if (route(b).sparse && !current_.nonfinite(b)) {
-            buckets().expand(b, true, current_.region(b), current_,
-                             plain(b) ? inv_p : value_type(1));
-          }
-        }
-      }
-    }
+  }
+  void keep_state(bool finite) {
     scales_.finish_next(this->codec_, finite);
     if constexpr (feedback) {
       if (finite) residual_.swap(residual_next_);
     }
-    s.nonfinite_buckets = current_.nonfinite_count();
-    current_.close();
-    this->end_step(s, current_.start());
+  }
+  [[nodiscard]] std::span<value_type> tensor_payload(std::size_t i) {
+    return buckets().tensor_payload(i);
+  }
+  [[nodiscard]] std::span<value_type> tensor(std::size_t i) const { return current_.view(i); }
+  void write_back(std::size_t b) {
+    buckets().expand(b, route(b).sparse, current_.region(b), current_, this->factor(b));
   }
 
+  // --- helpers ---
+
+  [[nodiscard]] host_buckets<Compactor, value_type> buckets() {
+    return {this->compactor_, this->layout_, this->plans_, this->workspace_, payload_};
+  }
+  std::span<wire_type> wire_of(std::size_t b) {
+    return std::span<wire_type>(wire_).subspan(this->workspace_.wire[b],
+                                               this->workspace_.wire_of(b));
+  }
+  codec_context context(std::size_t b) const noexcept {
+    return codec_context{.rank = this->comm_.rank(),
+                         .size = this->comm_.size(),
+                         .step = this->step_,
+                         .bucket = b,
+                         .scale = scales_.scale(b),
+                         .scales = scales_.scales(b)};
+  }
   void poison(std::size_t b, bool sparse, std::span<value_type> region) {
     buckets().poison(b, sparse, region, current_);
   }
@@ -294,6 +248,7 @@ class host_pipeline : public step_entry<Engine, Comm, Codec, Mask, Compactor> {
   huge_vector<value_type> residual_next_;  // the step's new residuals, kept if it is finite
   scale_exchange<Codec, Comm> scales_;
   host_step<value_type, request_type> current_;  // the open step
+  std::size_t waited_ = 0;                       // buckets of the open step waited for
 };
 
 }  // namespace pactrain::detail

@@ -1,6 +1,5 @@
 // The host engine's open step: step_state, plus the caller's tensors, each bucket's region and
-// request, the order of submission, and the dense workspace of buckets that cannot run in
-// place.
+// request, and the dense workspace of buckets that cannot run in place.
 #pragma once
 
 #include <pactrain/detail/buffer_checks.hpp>
@@ -60,8 +59,6 @@ class host_step : public step_state {
     requests_.clear();
     requests_.resize(nb);
     regions_.assign(nb, {});
-    order_.clear();
-    order_.reserve(nb);
     done_ = 0;
     step_state::begin(nb, stats);
   }
@@ -81,8 +78,9 @@ class host_step : public step_state {
     if constexpr (requires(Request & r) {
                     { r.test() } -> std::convertible_to<bool>;
                   }) {
+      const auto& order = this->order();
       if (done_ < from) done_ = from;
-      while (done_ < order_.size() && requests_[order_[done_]].test()) ++done_;
+      while (done_ < order.size() && requests_[order[done_]].test()) ++done_;
     }
   }
 
@@ -100,16 +98,12 @@ class host_step : public step_state {
   }
   [[nodiscard]] std::span<T> region(std::size_t b) const { return regions_[b]; }
   Request& request(std::size_t b) { return requests_[b]; }
-  /// Buckets whose collective has started, in order.
-  [[nodiscard]] const std::vector<std::size_t>& order() const noexcept { return order_; }
-  void started(std::size_t b) { order_.push_back(b); }
 
  private:
   std::vector<std::span<T>> views_;        // the step's tensors
   std::vector<std::span<T>> regions_;      // per bucket: what its collective covers
   std::vector<Request> requests_;          // per bucket
-  std::vector<std::size_t> order_;         // buckets in order of their collective's start
-  std::size_t done_ = 0;                   // order_[0, done_) are complete or waited for
+  std::size_t done_ = 0;                   // order()[0, done_) are complete or waited for
   std::vector<std::size_t> dense_offset_;  // per bucket: its stretch of dense_, or npos
   std::vector<T*> in_place_;               // per dense bucket: its region in place, or null
   huge_vector<T> dense_;                   // on huge pages: streamed every step

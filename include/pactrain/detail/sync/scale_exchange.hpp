@@ -150,19 +150,16 @@ class scale_exchange : public saved_scales {
     pending_.clear();
   }
 
-  /// finish_step's buckets awaiting one blocking round (reused storage, no allocation).
-  std::vector<std::size_t>& due() noexcept { return due_; }
-
-  /// One blocking round over the buckets in due() (the same list on every rank).
-  void reduce_due(Comm& comm, sync_stats& s) {
+  /// One blocking round over the buckets in `due` (the same list on every rank).
+  void reduce_due(Comm& comm, sync_stats& s, std::span<const std::size_t> due) {
     phase_timer t(s.allreduce_seconds);
     round_.clear();
-    for (const auto b : due_) {
+    for (const auto b : due) {
       for (std::size_t k = first_[b]; k < first_[b + 1]; ++k) round_.push_back(local_[k]);
     }
     comm.allreduce(std::span<std::uint64_t>(round_), reduce_op::max);
     std::size_t at = 0;
-    for (const auto b : due_) {
+    for (const auto b : due) {
       for (std::size_t k = first_[b]; k < first_[b + 1]; ++k) used_[k] = as_float(round_[at++]);
     }
     ++s.collectives;
@@ -220,7 +217,6 @@ class scale_exchange : public saved_scales {
   std::vector<float> local_scales_;     // note_local's scratch (kept: no allocation per step)
   std::vector<std::uint64_t> local_;    // bits of each local scale (non-negative)
   std::vector<std::uint64_t> round_;    // a blocking round's words
-  std::vector<std::size_t> due_;        // finish_step: prepared, awaiting their scale
   std::vector<std::size_t> pending_;    // submit_bucket's rounds in flight, in order
   std::vector<request_type> requests_;  // per bucket: its round in flight
   std::vector<std::uint64_t> words_;    // per scale: its bucket's round's word
@@ -247,8 +243,7 @@ class scale_exchange<Codec, Comm, false> : public saved_scales {
   [[nodiscard]] float scale(std::size_t) const noexcept { return 0.0f; }
   [[nodiscard]] std::span<const float> scales(std::size_t) const noexcept { return {}; }
   void start(Comm&, sync_stats&, std::size_t) noexcept {}
-  std::vector<std::size_t>& due() noexcept { return due_; }  // stays empty: no rounds
-  void reduce_due(Comm&, sync_stats&) noexcept {}
+  void reduce_due(Comm&, sync_stats&, std::span<const std::size_t>) noexcept {}
   template <class Send>
   void complete_started(sync_stats&, Send&&) noexcept {}
   [[nodiscard]] bool finite(std::size_t) const noexcept { return true; }
@@ -256,9 +251,6 @@ class scale_exchange<Codec, Comm, false> : public saved_scales {
   void wait_next(sync_stats&) noexcept {}
   [[nodiscard]] bool next_nonfinite(std::size_t) const noexcept { return false; }
   void finish_next(const Codec&, bool) noexcept {}
-
- private:
-  std::vector<std::size_t> due_;
 };
 
 }  // namespace pactrain::detail

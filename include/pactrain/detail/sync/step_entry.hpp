@@ -8,7 +8,8 @@
 //   current()                      the open step (a step_state);
 //   set_views(views, op)           takes the step's gradients; throws, changing nothing;
 //   open_step(args...)             opens the step over them;
-//   submit_now(b), finish_now(...) the pipeline's submission of bucket b, and the rest;
+//   submit_now(b), finish_now(...) the step's submission of bucket b, and the rest
+//                                  (step_flow.hpp);
 //   abandon_step()                 closes the step after a failure; cannot throw.
 #pragma once
 

@@ -1,7 +1,8 @@
 // What an engine's open step records, whichever memory its buffers live in: whether a step is
-// open, which buckets were submitted, which came back non-finite, its statistics and its start.
+// open, which buckets were submitted, the order in which their collectives started, which came
+// back non-finite, its statistics and its start.
 // The host step (host_step.hpp) adds its views, regions and requests; the device pipeline
-// (cuda/detail/device_pipeline.hpp) uses it as it is.
+// (cuda/detail/device_pipeline.hpp) uses it as it is; step_flow.hpp reads it for both.
 #pragma once
 
 #include <pactrain/detail/sync/phase_timer.hpp>
@@ -40,6 +41,8 @@ class step_state {
     submitted_.assign(buckets, 0);
     nonfinite_.assign(buckets, 0);
     nonfinite_count_ = 0;
+    order_.clear();
+    order_.reserve(buckets);
     stats_ = stats;
     start_ = sync_clock::now();
     open_ = true;
@@ -50,6 +53,9 @@ class step_state {
   [[nodiscard]] std::size_t buckets() const noexcept { return submitted_.size(); }
   [[nodiscard]] bool submitted(std::size_t b) const { return submitted_[b] != 0; }
   void mark_submitted(std::size_t b) { submitted_[b] = 1; }
+  /// Buckets whose collective has started, in order.
+  [[nodiscard]] const std::vector<std::size_t>& order() const noexcept { return order_; }
+  void started(std::size_t b) { order_.push_back(b); }
   /// Bucket b's result holds an Inf or a NaN (a verdict every rank reaches alike).
   [[nodiscard]] bool nonfinite(std::size_t b) const { return nonfinite_[b] != 0; }
   void mark_nonfinite(std::size_t b) {
@@ -65,7 +71,8 @@ class step_state {
   std::vector<std::uint8_t> submitted_;  // per bucket
   std::vector<std::uint8_t> nonfinite_;  // per bucket
   std::size_t nonfinite_count_ = 0;
-  sync_stats stats_;  // the step's, handed over when it completes
+  std::vector<std::size_t> order_;  // buckets in order of their collective's start
+  sync_stats stats_;                // the step's, handed over when it completes
   sync_clock::time_point start_{};
 };
 
