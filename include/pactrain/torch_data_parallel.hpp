@@ -1,0 +1,203 @@
+// pactrain/torch_data_parallel.hpp: data_parallel, the LibTorch adapter's common case in one
+// object (part of <pactrain/torch.hpp>; CMake target pactrain::torch).
+//
+//   pactrain::data_parallel dp(*model, pactrain::mpi_communicator{MPI_COMM_WORLD},
+//                              {.sgd = {.lr = 0.05, .momentum = 0.9}});
+//   for (...) {
+//     dp.zero_grad();        // instead of optimizer.zero_grad()
+//     loss.backward();       // each bucket leaves as soon as its gradients are written
+//     dp.step();             // instead of optimizer.step(): averaged, checked, then SGD
+//   }
+//
+// Named data_parallel in namespace pactrain, not pactrain::torch: a namespace of that name
+// would hide LibTorch's ::torch inside namespace pactrain.
+#pragma once
+
+#include <pactrain/codec.hpp>
+#include <pactrain/communicator.hpp>
+#include <pactrain/error.hpp>
+#include <pactrain/pruning/policies.hpp>
+#include <pactrain/pruning/pruner.hpp>
+#include <pactrain/pruning/schedule.hpp>
+#include <pactrain/sgd.hpp>
+#include <pactrain/sync.hpp>
+#include <pactrain/sync_options.hpp>
+#include <pactrain/torch_overlap.hpp>
+#include <pactrain/torch_params.hpp>
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pactrain {
+
+/// Gradual magnitude pruning for data_parallel: the pruned fraction of the prunable tensors
+/// (torch_options::prunable) grows from 0 to `sparsity` between the fractions `start` and
+/// `end` of `total_steps`, in `updates` mask updates (gradual_schedule::over_run).
+struct data_parallel_pruning {
+  double sparsity = 0;  // 0: no pruning (dense)
+  std::uint64_t total_steps = 0;
+  double start = 0.1;
+  double end = 0.6;
+  std::uint64_t updates = 20;
+  pruning_scope scope = pruning_scope::per_tensor;
+};
+
+/// What data_parallel takes besides the module, the communicator and the codec.
+struct data_parallel_options {
+  torch_options params = {};           // buckets, which tensors may be pruned
+  sgd_options sgd = {};                // the optimizer (pactrain::sgd, torch::optim::SGD's math)
+  data_parallel_pruning pruning = {};  // none by default
+  sync_options sync = {};              // the engine's
+  /// Each step every rank checks that the module's weights and gradients are still the
+  /// buffers bound at construction, and one 8-byte MAX allreduce brings any rank's finding to
+  /// every rank, which all throw the same pactrain::error. Off: no collective, and a rank that
+  /// finds one throws alone (its peers then wait in their next collective).
+  bool check_bindings = true;
+};
+
+/// A LibTorch module trained data-parallel: binds its parameters and gradients to flat buffers
+/// (torch_params), broadcasts rank 0's weights, sends each bucket from backward's hooks
+/// (torch_overlap) through a sync engine, and owns the optimizer step and the pruner. Not
+/// copyable or movable; the module must outlive it.
+template <communicator Comm, class Codec = identity_codec<float>>
+class data_parallel {
+ public:
+  using engine_type = sync<Comm, Codec>;
+
+  /// Collective: every rank builds the same model and passes the same options.
+  data_parallel(::torch::nn::Module& module, Comm comm, data_parallel_options o = {},
+                Codec codec = {})
+      : params_(module, o.params),
+        sync_(std::move(comm), params_.layout(), std::move(codec), o.sync),
+        overlap_(params_, sync_),
+        opt_(o.sgd),
+        rank_(sync_.get_communicator().rank()),
+        check_(o.check_bindings) {
+    const auto& pr = o.pruning;
+    if (pr.sparsity > 0) {
+      PACTRAIN_EXPECTS(pr.total_steps > 0,
+                       "data_parallel: pruning needs total_steps (the run's optimizer steps)");
+      pruner_.emplace(
+          magnitude_pruning{.scope = pr.scope},
+          gradual_schedule::over_run(pr.total_steps, pr.start, pr.end, pr.sparsity, pr.updates),
+          params_.prunable());
+    }
+    params_.broadcast(sync_.get_communicator());
+    for (const auto& p : params_.parameters()) {
+      weights_.push_back(p.data_ptr());
+      grads_.push_back(p.grad().data_ptr());
+    }
+  }
+  data_parallel(const data_parallel&) = delete;
+  data_parallel& operator=(const data_parallel&) = delete;
+
+  /// Local: zeroes the gradients in place and opens the step (instead of the optimizer's
+  /// zero_grad, which would unbind them).
+  void zero_grad() { overlap_.begin_step(); }
+
+  /// Local: while the returned guard lives, backward passes only add into the gradients; the
+  /// next pass sends them (DDP's no_sync). zero_grad(), passes under no_sync(), one last pass,
+  /// step(): one sync of the accumulated gradients.
+  [[nodiscard]] auto no_sync() { return overlap_.no_sync(); }
+
+  /// Collective: completes the step's sync (the mean over ranks, +0 at pruned entries), then
+  /// the optimizer step (skipped after a non-finite step, as GradScaler does: see
+  /// skipped_steps()), then the pruner. Throws pactrain::error, every rank alike, when a
+  /// gradient or weight is no longer the bound buffer or a gradient was written twice; the
+  /// weights are then unchanged.
+  void step() {
+    PACTRAIN_EXPECTS(sync_.step_open(),
+                     "data_parallel::step: no step is open (call zero_grad() before backward)");
+    std::uint64_t fault = local_fault();
+    sync_.finish_step();
+    if (check_) {
+      sync_.get_communicator().allreduce(std::span<std::uint64_t>(&fault, 1), reduce_op::max);
+    }
+    if (fault != 0) throw error(describe(fault));
+    if (sync_.stats().nonfinite_buckets != 0) {
+      ++skipped_;
+    } else {
+      opt_.step(params_.values(), params_.grads(), params_.momentum());
+    }
+    if (pruner_ && pruner_->step(sync_, params_.values_const())) {
+      params_.apply_masks(sync_.masks());
+    }
+  }
+
+  [[nodiscard]] engine_type& engine() noexcept { return sync_; }
+  [[nodiscard]] torch_params& params() noexcept { return params_; }
+  [[nodiscard]] sgd& optimizer() noexcept { return opt_; }
+  /// The last step's statistics (bytes sent, collectives, phase times): engine().stats().
+  [[nodiscard]] const sync_stats& stats() const noexcept { return sync_.stats(); }
+  /// Steps whose optimizer step was skipped because a bucket came back non-finite.
+  [[nodiscard]] std::uint64_t skipped_steps() const noexcept { return skipped_; }
+
+ private:
+  // A fault word: its kind, the rank and the parameter, so that MAX over ranks picks one
+  // finding that every rank can describe (names are the same everywhere).
+  enum fault_kind : std::uint64_t { twice = 1, grad_unset, grad_other, weight_other };
+  static std::uint64_t fault_word(fault_kind k, int rank, std::size_t param) noexcept {
+    return (static_cast<std::uint64_t>(k) << 56) |
+           (static_cast<std::uint64_t>(rank & 0xffffff) << 32) | (param & 0xffffffffu);
+  }
+
+  // Pointer compares only: a few nanoseconds a parameter.
+  [[nodiscard]] std::uint64_t local_fault() const {
+    const int rank = rank_;
+    const auto& ps = params_.parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].data_ptr() != weights_[i]) return fault_word(weight_other, rank, i);
+      const auto& g = ps[i].grad();
+      if (!g.defined()) return fault_word(grad_unset, rank, i);
+      if (g.data_ptr() != grads_[i]) return fault_word(grad_other, rank, i);
+    }
+    return overlap_.written_twice() ? fault_word(twice, rank, 0) : 0;
+  }
+
+  [[nodiscard]] std::string describe(std::uint64_t fault) const {
+    const auto kind = static_cast<fault_kind>(fault >> 56);
+    const std::string rank = std::to_string((fault >> 32) & 0xffffff);
+    const std::string name = params_.names()[fault & 0xffffffffu];
+    const std::string head = "data_parallel::step: on rank " + rank + ", ";
+    switch (kind) {
+      case twice:
+        return head +
+               "a gradient was written twice in one step (one backward pass per step, or "
+               "all but the last under no_sync())";
+      case grad_unset:
+        return head + "the gradient of '" + name +
+               "' is undefined: it was set to none (Module::zero_grad() and "
+               "Optimizer::zero_grad() do so by default); call data_parallel::zero_grad()";
+      case grad_other:
+        return head + "the gradient of '" + name +
+               "' is not the bound buffer: set to none and recreated by backward "
+               "(Module::zero_grad(), Optimizer::zero_grad()) or assigned a new tensor "
+               "(mutable_grad() = ...); call data_parallel::zero_grad() only";
+      case weight_other:
+        return head + "'" + name +
+               "' is not the bound buffer: the module was moved or converted (to(), "
+               "set_data) after data_parallel was built; build it after such calls";
+    }
+    return head + "unknown fault";
+  }
+
+  torch_params params_;
+  engine_type sync_;
+  torch_overlap<engine_type> overlap_;
+  sgd opt_;
+  std::optional<pruner<magnitude_pruning, gradual_schedule>> pruner_;
+  std::vector<const void*> weights_;  // per parameter: its bound data and gradient
+  std::vector<const void*> grads_;
+  int rank_ = 0;
+  bool check_ = true;
+  std::uint64_t skipped_ = 0;
+};
+
+}  // namespace pactrain

@@ -1,0 +1,269 @@
+// pactrain::data_parallel over MPI (1, 2 and 4 ranks): bit for bit the adapter's manual path,
+// the habits that would silently unbind the buffers reported on every rank (also when one rank
+// alone has them), gradient accumulation under no_sync() exactly one pass over the whole batch,
+// pruning from the options, and the optimizer step skipped after a non-finite step.
+//
+// Every rank runs every test case; CHECK (not REQUIRE) before collectives.
+// LibTorch first: its glog defines CHECK and CHECK_EQ..., which doctest's must replace.
+#include <pactrain/torch.hpp>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+#include <pactrain/mpi.hpp>
+#include <pactrain/pactrain.hpp>
+#include <pactrain/sgd.hpp>
+
+#include "common/mpi_helpers.hpp"
+
+#include <mpi.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+using namespace pactrain;
+
+namespace {
+
+using test::error_of;
+using test::world_rank;
+using test::world_size;
+
+using dp_t = data_parallel<mpi_communicator>;
+
+struct net_impl : torch::nn::Module {
+  net_impl()
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)))),
+        fc1(register_module("fc1", torch::nn::Linear(4 * 4 * 4, 16))),
+        fc2(register_module("fc2", torch::nn::Linear(16, 4))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(torch::max_pool2d(conv->forward(x), 2));
+    return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE_IMPL(net, net_impl);
+
+net make_net() {
+  torch::manual_seed(7);
+  return net();
+}
+torch::Tensor loss_of(net& m, std::uint64_t step, int rank, torch::Dtype dtype = torch::kFloat32) {
+  torch::manual_seed(static_cast<std::uint64_t>(1000 * step) + static_cast<std::uint64_t>(rank));
+  const auto x = torch::randn({5, 1, 10, 10}).to(dtype);
+  const auto y = torch::randint(0, 4, {5});
+  return torch::nn::functional::cross_entropy(m->forward(x), y);
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+std::uint64_t digest_of(std::span<const float> v) {
+  digest_builder d(2);
+  for (const float x : v) d.add(std::bit_cast<std::uint32_t>(x));
+  return d.value();
+}
+
+mpi_communicator world() { return mpi_communicator{MPI_COMM_WORLD}; }
+
+// The error every rank's step() throws after `mistake` (run between zero_grad and step, on the
+// ranks `on`), gathered as a digest so the test can tell whether every rank saw the same.
+template <class Mistake>
+std::string step_error(net& m, dp_t& dp, Mistake&& mistake, bool on) {
+  dp.zero_grad();
+  if (on) {
+    mistake();
+  } else {
+    loss_of(m, 0, world_rank()).backward();
+  }
+  return error_of([&] { dp.step(); });
+}
+
+}  // namespace
+
+TEST_CASE("data_parallel: bit for bit the adapter's parts put together by hand") {
+  const int rank = world_rank();
+  const sgd_options o{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4};
+  auto a = make_net();
+  dp_t dp(*a, world(), {.params = {.bucket_capacity = 100}, .sgd = o});
+  auto b = make_net();
+  torch_params params(*b, {.bucket_capacity = 100});
+  pactrain::sync s{world(), params.layout()};
+  params.broadcast(s.get_communicator());
+  torch_overlap overlap(params, s);
+  sgd opt(o);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    dp.zero_grad();
+    loss_of(a, step, rank).backward();
+    dp.step();
+    overlap.begin_step();
+    loss_of(b, step, rank).backward();
+    overlap.finish_step();
+    opt.step(params.values(), params.grads(), params.momentum());
+    CHECK(same_bits(dp.params().values(), params.values()));
+    CHECK(same_bits(dp.params().grads(), params.grads()));
+    CHECK(dp.stats().bytes_sent == s.stats().bytes_sent);
+  }
+  CHECK(test::same_on_every_rank(digest_of(dp.params().values_const())));
+  CHECK(dp.skipped_steps() == 0);
+}
+
+TEST_CASE("data_parallel: unbound gradients and weights throw on every rank, naming the cause") {
+  const int rank = world_rank();
+  const int last = world_size() - 1;
+  SUBCASE("gradients set to none, on every rank") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    const std::vector<float> before(dp.params().values().begin(), dp.params().values().end());
+    const auto e = step_error(
+        m, dp,
+        [&] {
+          m->zero_grad(/*set_to_none=*/true);
+          loss_of(m, 0, rank).backward();
+        },
+        true);
+    CHECK(e.find("the gradient of 'conv.weight' is not the bound buffer") != std::string::npos);
+    CHECK(e.find("set to none") != std::string::npos);
+    CHECK(same_bits(dp.params().values(), before));  // no optimizer step
+  }
+  SUBCASE("one rank alone: every rank throws its error") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    const auto e = step_error(
+        m, dp,
+        [&] {
+          m->zero_grad(/*set_to_none=*/true);
+          loss_of(m, 0, rank).backward();
+        },
+        rank == last);
+    CHECK(e.find("on rank " + std::to_string(last) + ", the gradient of 'conv.weight'") !=
+          std::string::npos);
+    CHECK(test::same_on_every_rank(digest_builder(1).add(e).value()));
+  }
+  SUBCASE("a gradient assigned a new tensor") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    const auto e = step_error(
+        m, dp,
+        [&] {
+          loss_of(m, 0, rank).backward();
+          m->fc1->weight.mutable_grad() = torch::zeros_like(m->fc1->weight);
+        },
+        true);
+    CHECK(e.find("the gradient of 'fc1.weight' is not the bound buffer") != std::string::npos);
+  }
+  SUBCASE("the module converted after setup") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    const auto e = step_error(
+        m, dp,
+        [&] {
+          m->to(torch::kDouble);
+          loss_of(m, 0, rank, torch::kDouble).backward();
+        },
+        true);
+    CHECK(e.find("'conv.weight' is not the bound buffer: the module was moved or converted") !=
+          std::string::npos);
+  }
+  SUBCASE("two backward passes outside no_sync") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    const auto e = step_error(
+        m, dp,
+        [&] {
+          loss_of(m, 0, rank).backward();
+          loss_of(m, 1, rank).backward();
+        },
+        true);
+    CHECK(e.find("a gradient was written twice in one step") != std::string::npos);
+  }
+  SUBCASE("a step without zero_grad") {
+    auto m = make_net();
+    dp_t dp(*m, world());
+    CHECK(error_of([&] { dp.step(); }).find("no step is open (call zero_grad() before backward)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("data_parallel: accumulation under no_sync() is one pass over the whole batch") {
+  // Integer weights and inputs and a sum loss: every gradient is an exact integer sum, so the
+  // two batch halves accumulated equal the whole batch to the bit (and so do the steps, with a
+  // power-of-two learning rate and rank count).
+  const int rank = world_rank();
+  const auto make = [] {
+    torch::nn::Linear l(torch::nn::LinearOptions(6, 3).bias(false));
+    torch::NoGradGuard g;
+    l->weight.copy_(torch::arange(18, torch::kFloat32).reshape({3, 6}) - 9);
+    return l;
+  };
+  const auto x = (torch::arange(48, torch::kFloat32).reshape({8, 6}) + rank) - 20;
+  const auto loss = [](torch::nn::Linear& l, const torch::Tensor& in) {
+    return (l->forward(in) * torch::tensor({1.0f, -2.0f, 3.0f})).sum();
+  };
+  auto whole = make();
+  auto split = make();
+  dp_t a(*whole, world(), {.sgd = {.lr = 0.5}});
+  dp_t b(*split, world(), {.sgd = {.lr = 0.5}});
+  for (int step = 0; step < 2; ++step) {
+    a.zero_grad();
+    loss(whole, x).backward();
+    a.step();
+    b.zero_grad();
+    {
+      auto hold = b.no_sync();
+      loss(split, x.narrow(0, 0, 3)).backward();
+      loss(split, x.narrow(0, 3, 2)).backward();
+    }
+    loss(split, x.narrow(0, 5, 3)).backward();
+    b.step();
+    CHECK(same_bits(a.params().grads(), b.params().grads()));
+    CHECK(same_bits(a.params().values(), b.params().values()));
+    CHECK(b.stats().collectives == a.stats().collectives);
+  }
+}
+
+TEST_CASE("data_parallel: pruning from the options, and no step after a non-finite one") {
+  const int rank = world_rank();
+  auto m = make_net();
+  dp_t dp(*m, world(),
+          {.sgd = {.lr = 0.01},
+           .pruning = {.sparsity = 0.5, .total_steps = 4, .start = 0, .end = 0.5, .updates = 2}});
+  for (std::uint64_t step = 0; step < 4; ++step) {
+    dp.zero_grad();
+    loss_of(m, step, rank).backward();
+    dp.step();
+  }
+  const auto& layout = dp.params().layout();
+  const auto values = dp.params().values();
+  for (std::size_t t = 0; t < layout.tensor_count(); ++t) {
+    const auto& info = layout.tensor(t);
+    std::size_t zeros = 0;
+    for (std::size_t k = 0; k < info.size; ++k) zeros += values[info.offset + k] == 0.0f;
+    CHECK(zeros == (dp.params().prunable()[t] ? info.size / 2 : 0));
+  }
+  // A NaN in rank 0's gradient makes the mean non-finite on every rank: no optimizer step.
+  // (Written before backward, which adds to it: a bucket leaves as backward completes it.)
+  const std::vector<float> before(values.begin(), values.end());
+  dp.zero_grad();
+  if (rank == 0) {
+    dp.params().grads()[layout.tensor(1).offset] = std::numeric_limits<float>::quiet_NaN();
+  }
+  loss_of(m, 9, rank).backward();
+  dp.step();
+  CHECK(dp.stats().nonfinite_buckets == 1);
+  CHECK(dp.skipped_steps() == 1);
+  CHECK(same_bits(dp.params().values(), before));
+}
