@@ -1,4 +1,5 @@
-// mpi_communicator: pactrain's collectives over an MPI communicator the user owns.
+// mpi_communicator: pactrain's collectives over an MPI communicator the user owns; mpi_main: a
+// whole MPI program, with the guard that ends every rank when one throws.
 //
 // Needs MPI (link pactrain::mpi). Uses only MPI's C API.
 #pragma once
@@ -14,6 +15,9 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <span>
 #include <string>
 #include <utility>
@@ -319,5 +323,49 @@ class mpi_communicator {
 };
 
 static_assert(communicator<mpi_communicator>);
+
+/// Where this process is in MPI_COMM_WORLD.
+struct mpi_world {
+  int rank = 0;
+  int size = 1;
+};
+
+// [snippet:guard]
+/// Prints "<name>: <what>" on stderr and ends every rank of the job with exit code 1: a rank
+/// that returned alone would leave its peers waiting forever in a collective it never joins.
+[[noreturn]] inline void abort_job(const char* name, const char* what) noexcept {
+  std::fprintf(stderr, "%s: %s\n", name, what);
+  std::fflush(nullptr);  // MPI_Abort does not flush what the program wrote so far
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // not reached: MPI_Abort does not return
+}
+
+/// A whole MPI program: MPI_Init_thread, body(world) (it returns the exit code), MPI_Finalize.
+/// MPI_THREAD_SERIALIZED: the LibTorch adapter's hooks call MPI from the thread that runs
+/// backward, which need not be main's. An exception from body (pactrain::error or any other)
+/// ends the whole job through abort_job, named `name` (argv[0] when null).
+template <class Body>
+int mpi_main(int& argc, char**& argv, Body&& body, const char* name = nullptr) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  if (name == nullptr) name = argc > 0 ? argv[0] : "mpi_main";
+  int rc = 1;
+  try {
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw error("mpi_main: the MPI library does not provide MPI_THREAD_SERIALIZED");
+    }
+    mpi_world w;
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+    rc = body(static_cast<const mpi_world&>(w));
+  } catch (const std::exception& e) {
+    abort_job(name, e.what());
+  } catch (...) {
+    abort_job(name, "unknown exception");
+  }
+  MPI_Finalize();
+  return rc;
+}
+// [/snippet:guard]
 
 }  // namespace pactrain

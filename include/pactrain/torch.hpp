@@ -14,6 +14,7 @@
 //   }
 #pragma once
 
+#include <pactrain/sampler.hpp>              // distributed_sampler: each rank's shard
 #include <pactrain/torch_data_parallel.hpp>  // data_parallel: the common case in one object
 #include <pactrain/torch_overlap.hpp>        // torch_overlap: buckets leave during backward
 #include <pactrain/torch_params.hpp>         // torch_params: parameters in flat buffers
