@@ -8,7 +8,7 @@
 #   pactrain_header_check_cuda headers whose path mentions cuda or nccl (cuda/mpi_cuda.hpp,
 #                              cuda/nccl.hpp, ...), with the host compiler, against
 #                              pactrain::cuda, pactrain::nccl and pactrain::mpi where they exist
-# torch.hpp is not checked here: tests/torch/torch_adapter_test.cpp includes it first, and a
+# torch.hpp is not checked here: tests/common/torch_first.hpp includes it first, and a
 # LibTorch translation unit costs about 40 s of a 2-core machine. Nor are
 # cuda/thrust_compactor.hpp and cuda/sgd.hpp (they need nvcc, or Thrust's CPP system): the
 # cuda-host test includes each first in a translation unit (tests/cuda/thrust_cpu_test.cpp,

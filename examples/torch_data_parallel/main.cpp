@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
     torch::manual_seed(2);
     torch::nn::Sequential model(torch::nn::Linear(32, 64), torch::nn::ReLU(),
                                 torch::nn::Linear(64, 4));
-    pactrain::data_parallel dp(*model, pactrain::mpi_communicator{MPI_COMM_WORLD},    // +
-                               {.sgd = {.lr = 0.05, .momentum = 0.9}});               // +
+    pactrain::data_parallel dp(
+        *model, pactrain::mpi_communicator{MPI_COMM_WORLD},                           // +
+        {.optimizer = pactrain::sgd_options{.lr = 0.05, .momentum = 0.9}});           // +
     pactrain::distributed_sampler sampler(4096, world.rank, world.size, /*seed=*/3);  // +
     const std::int64_t batch = 32;
     std::vector<double> epoch_loss;

@@ -2,7 +2,7 @@
 // object (part of <pactrain/torch.hpp>; CMake target pactrain::torch).
 //
 //   pactrain::data_parallel dp(*model, pactrain::mpi_communicator{MPI_COMM_WORLD},
-//                              {.sgd = {.lr = 0.05, .momentum = 0.9}});
+//                              {.optimizer = pactrain::sgd_options{.lr = 0.05, .momentum = 0.9}});
 //   for (...) {
 //     dp.zero_grad();        // instead of optimizer.zero_grad()
 //     loss.backward();       // each bucket leaves as soon as its gradients are written
@@ -13,9 +13,11 @@
 // would hide LibTorch's ::torch inside namespace pactrain.
 #pragma once
 
+#include <pactrain/adam.hpp>
 #include <pactrain/codec.hpp>
 #include <pactrain/communicator.hpp>
 #include <pactrain/error.hpp>
+#include <pactrain/mask.hpp>
 #include <pactrain/pruning/policies.hpp>
 #include <pactrain/pruning/pruner.hpp>
 #include <pactrain/pruning/schedule.hpp>
@@ -33,6 +35,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace pactrain {
@@ -51,8 +54,10 @@ struct data_parallel_pruning {
 
 /// What data_parallel takes besides the module, the communicator and the codec.
 struct data_parallel_options {
-  torch_options params = {};           // buckets, which tensors may be pruned
-  sgd_options sgd = {};                // the optimizer (pactrain::sgd, torch::optim::SGD's math)
+  torch_options params = {};  // buckets, which tensors may be pruned
+  /// The optimizer: pactrain::sgd or pactrain::adam (torch::optim::SGD's, Adam's and AdamW's
+  /// arithmetic; adamw_options() for AdamW).
+  std::variant<sgd_options, adam_options> optimizer = sgd_options{};
   data_parallel_pruning pruning = {};  // none by default
   sync_options sync = {};              // the engine's
   /// Each step every rank checks that the module's weights and gradients are still the
@@ -77,7 +82,7 @@ class data_parallel {
       : params_(module, o.params),
         sync_(std::move(comm), params_.layout(), std::move(codec), o.sync),
         overlap_(params_, sync_),
-        opt_(o.sgd),
+        opt_(make_optimizer(o.optimizer)),
         rank_(sync_.get_communicator().rank()),
         check_(o.check_bindings) {
     const auto& pr = o.pruning;
@@ -89,6 +94,7 @@ class data_parallel {
           gradual_schedule::over_run(pr.total_steps, pr.start, pr.end, pr.sparsity, pr.updates),
           params_.prunable());
     }
+    if (std::holds_alternative<adam>(opt_)) second_.assign(params_.values().size(), 0.0f);
     params_.broadcast(sync_.get_communicator());
     for (const auto& p : params_.parameters()) {
       weights_.push_back(p.data_ptr());
@@ -124,16 +130,28 @@ class data_parallel {
     if (sync_.stats().nonfinite_buckets != 0) {
       ++skipped_;
     } else {
-      opt_.step(params_.values(), params_.grads(), params_.momentum());
+      if (auto* a = std::get_if<adam>(&opt_)) {
+        a->step(params_.values(), params_.grads(), params_.momentum(), second_);
+      } else {
+        std::get<sgd>(opt_).step(params_.values(), params_.grads(), params_.momentum());
+      }
     }
     if (pruner_ && pruner_->step(sync_, params_.values_const())) {
-      params_.apply_masks(sync_.masks());
+      params_.apply_masks(sync_.masks());  // the weights and the momentum (Adam's first moment)
+      if (!second_.empty()) apply_masks(params_.layout(), sync_.masks(), std::span<float>(second_));
     }
   }
 
   [[nodiscard]] engine_type& engine() noexcept { return sync_; }
   [[nodiscard]] torch_params& params() noexcept { return params_; }
-  [[nodiscard]] sgd& optimizer() noexcept { return opt_; }
+  /// The optimizer (pactrain::sgd or pactrain::adam) and its state: SGD's momentum or Adam's
+  /// first moment is params().momentum(); Adam's second moment is second_moment().
+  [[nodiscard]] std::variant<sgd, adam>& optimizer() noexcept { return opt_; }
+  [[nodiscard]] std::span<const float> second_moment() const noexcept { return second_; }
+  /// A new learning rate for the next steps (e.g. from a schedule).
+  void set_lr(double lr) {
+    std::visit([&](auto& o) { o.set_lr(lr); }, opt_);
+  }
   /// The last step's statistics (bytes sent, collectives, phase times): engine().stats().
   [[nodiscard]] const sync_stats& stats() const noexcept { return sync_.stats(); }
   /// Steps whose optimizer step was skipped because a bucket came back non-finite.
@@ -188,10 +206,16 @@ class data_parallel {
     return head + "unknown fault";
   }
 
+  static std::variant<sgd, adam> make_optimizer(const std::variant<sgd_options, adam_options>& o) {
+    if (const auto* a = std::get_if<adam_options>(&o)) return adam(*a);
+    return sgd(std::get<sgd_options>(o));
+  }
+
   torch_params params_;
   engine_type sync_;
   torch_overlap<engine_type> overlap_;
-  sgd opt_;
+  std::variant<sgd, adam> opt_;
+  std::vector<float> second_;  // Adam's second moment, laid out as the parameters
   std::optional<pruner<magnitude_pruning, gradual_schedule>> pruner_;
   std::vector<const void*> weights_;  // per parameter: its bound data and gradient
   std::vector<const void*> grads_;

@@ -4,16 +4,8 @@
 // pruning from the options, and the optimizer step skipped after a non-finite step.
 //
 // Every rank runs every test case; CHECK (not REQUIRE) before collectives.
-// LibTorch first: its glog defines CHECK and CHECK_EQ..., which doctest's must replace.
-#include <pactrain/torch.hpp>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+// LibTorch first (common/torch_first.hpp): its glog's CHECK macros must give way to doctest's.
+#include "common/torch_first.hpp"
 
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
@@ -30,6 +22,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 using namespace pactrain;
@@ -67,9 +60,7 @@ torch::Tensor loss_of(net& m, std::uint64_t step, int rank, torch::Dtype dtype =
   return torch::nn::functional::cross_entropy(m->forward(x), y);
 }
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
+using test::same_bits;
 
 std::uint64_t digest_of(std::span<const float> v) {
   digest_builder d(2);
@@ -98,7 +89,7 @@ TEST_CASE("data_parallel: bit for bit the adapter's parts put together by hand")
   const int rank = world_rank();
   const sgd_options o{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4};
   auto a = make_net();
-  dp_t dp(*a, world(), {.params = {.bucket_capacity = 100}, .sgd = o});
+  dp_t dp(*a, world(), {.params = {.bucket_capacity = 100}, .optimizer = o});
   auto b = make_net();
   torch_params params(*b, {.bucket_capacity = 100});
   pactrain::sync s{world(), params.layout()};
@@ -119,6 +110,29 @@ TEST_CASE("data_parallel: bit for bit the adapter's parts put together by hand")
   }
   CHECK(test::same_on_every_rank(digest_of(dp.params().values_const())));
   CHECK(dp.skipped_steps() == 0);
+}
+
+TEST_CASE("data_parallel: AdamW bit for bit pactrain::adam over the synced gradients") {
+  const int rank = world_rank();
+  auto a = make_net();
+  dp_t dp(*a, world(), {.optimizer = adamw_options(1e-2)});
+  auto b = make_net();
+  torch_params params(*b);
+  pactrain::sync s{world(), params.layout()};
+  params.broadcast(s.get_communicator());
+  adam opt(adamw_options(1e-2));
+  std::vector<float> v(params.values().size(), 0.0f);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    dp.zero_grad();
+    loss_of(a, step, rank).backward();
+    dp.step();
+    params.zero_grad();
+    loss_of(b, step, rank).backward();
+    s.allreduce(params.grads());
+    opt.step(params.values(), params.grads(), params.momentum(), v);
+    CHECK(same_bits(dp.params().values(), params.values()));
+    CHECK(same_bits(dp.second_moment(), v));
+  }
 }
 
 TEST_CASE("data_parallel: unbound gradients and weights throw on every rank, naming the cause") {
@@ -215,8 +229,8 @@ TEST_CASE("data_parallel: accumulation under no_sync() is one pass over the whol
   };
   auto whole = make();
   auto split = make();
-  dp_t a(*whole, world(), {.sgd = {.lr = 0.5}});
-  dp_t b(*split, world(), {.sgd = {.lr = 0.5}});
+  dp_t a(*whole, world(), {.optimizer = sgd_options{.lr = 0.5}});
+  dp_t b(*split, world(), {.optimizer = sgd_options{.lr = 0.5}});
   for (int step = 0; step < 2; ++step) {
     a.zero_grad();
     loss(whole, x).backward();
@@ -235,13 +249,19 @@ TEST_CASE("data_parallel: accumulation under no_sync() is one pass over the whol
   }
 }
 
-TEST_CASE("data_parallel: pruning from the options, and no step after a non-finite one") {
+namespace {
+
+// With AdamW, a pruned weight stays +0 only if its moments were zeroed with it.
+void prune_and_skip(bool with_adam) {
   const int rank = world_rank();
   auto m = make_net();
+  const std::variant<sgd_options, adam_options> opt =
+      with_adam ? std::variant<sgd_options, adam_options>(adamw_options(0.01))
+                : sgd_options{.lr = 0.01, .momentum = 0.9};
   dp_t dp(*m, world(),
-          {.sgd = {.lr = 0.01},
+          {.optimizer = opt,
            .pruning = {.sparsity = 0.5, .total_steps = 4, .start = 0, .end = 0.5, .updates = 2}});
-  for (std::uint64_t step = 0; step < 4; ++step) {
+  for (std::uint64_t step = 0; step < 6; ++step) {
     dp.zero_grad();
     loss_of(m, step, rank).backward();
     dp.step();
@@ -266,4 +286,11 @@ TEST_CASE("data_parallel: pruning from the options, and no step after a non-fini
   CHECK(dp.stats().nonfinite_buckets == 1);
   CHECK(dp.skipped_steps() == 1);
   CHECK(same_bits(dp.params().values(), before));
+}
+
+}  // namespace
+
+TEST_CASE("data_parallel: pruning from the options, and no step after a non-finite one") {
+  SUBCASE("sgd") { prune_and_skip(false); }
+  SUBCASE("adamw") { prune_and_skip(true); }
 }

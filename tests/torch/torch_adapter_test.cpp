@@ -4,16 +4,8 @@
 // pactrain::sgd against torch::optim::SGD, and pruning of parameters and momentum.
 //
 // Every rank runs every test case; CHECK (not REQUIRE) before collectives.
-// LibTorch first: its glog defines CHECK and CHECK_EQ..., which doctest's must replace.
-#include <pactrain/torch.hpp>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+// LibTorch first (common/torch_first.hpp): its glog's CHECK macros must give way to doctest's.
+#include "common/torch_first.hpp"
 
 #include <pactrain/mpi.hpp>
 #include <pactrain/pactrain.hpp>
@@ -67,9 +59,7 @@ torch::Tensor loss_of(net& m, std::uint64_t step, int rank) {
   return torch::nn::functional::cross_entropy(m->forward(x), y);
 }
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
+using test::same_bits;
 
 // A sync engine that records which buckets are submitted, and when.
 struct recording_sync {
