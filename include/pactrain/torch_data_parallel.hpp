@@ -21,6 +21,7 @@
 #include <pactrain/pruning/policies.hpp>
 #include <pactrain/pruning/pruner.hpp>
 #include <pactrain/pruning/schedule.hpp>
+#include <pactrain/serialize.hpp>
 #include <pactrain/sgd.hpp>
 #include <pactrain/sync.hpp>
 #include <pactrain/sync_options.hpp>
@@ -31,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -84,6 +86,7 @@ class data_parallel {
         overlap_(params_, sync_),
         opt_(make_optimizer(o.optimizer)),
         rank_(sync_.get_communicator().rank()),
+        ranks_(sync_.get_communicator().size()),
         check_(o.check_bindings) {
     const auto& pr = o.pruning;
     if (pr.sparsity > 0) {
@@ -126,7 +129,7 @@ class data_parallel {
     if (check_) {
       sync_.get_communicator().allreduce(std::span<std::uint64_t>(&fault, 1), reduce_op::max);
     }
-    if (fault != 0) throw error(describe(fault));
+    if (fault != 0) PACTRAIN_FAIL(describe(fault));
     if (sync_.stats().nonfinite_buckets != 0) {
       ++skipped_;
     } else {
@@ -140,6 +143,56 @@ class data_parallel {
       params_.apply_masks(sync_.masks());  // the weights and the momentum (Adam's first moment)
       if (!second_.empty()) apply_masks(params_.layout(), sync_.masks(), std::span<float>(second_));
     }
+  }
+
+  /// Local, between steps: this rank's checkpoint, for load(): weights, the optimizer's
+  /// state and steps, the pruner's masks and schedule position, and the engine's state (its
+  /// step counter, error feedback's residuals, saved scales), versioned and checksummed.
+  /// Every rank saves its own (residuals differ by rank).
+  [[nodiscard]] std::vector<std::byte> save() {
+    const auto head = std::as_bytes(std::span<const char>(magic));
+    std::vector<std::byte> out(head.begin(), head.end());
+    detail::put_u32(out, version);
+    detail::put_u32(out, static_cast<std::uint32_t>(ranks_));
+    detail::put_u32(out, static_cast<std::uint32_t>(rank_));
+    detail::put_u32(out, static_cast<std::uint32_t>(opt_.index()));
+    detail::put_u64(out, params_.layout().digest());
+    detail::put_u64(out, std::visit([](const auto& o) { return o.steps(); }, opt_));
+    detail::put_u64(out, skipped_);
+    put_floats(out, params_.values());
+    put_floats(out, params_.momentum());
+    put_floats(out, second_);
+    put_bytes(out, pruner_ ? pruner_->save(sync_) : std::vector<std::byte>{});
+    put_bytes(out, sync_.save_state());
+    detail::put_u64(out, detail::checksum(out));
+    return out;
+  }
+  /// Collective, between steps: resumes from this rank's save(), bit for bit: the next steps
+  /// compute what the saved run's next steps computed. A checkpoint that is corrupt, of
+  /// another rank, rank count, model, optimizer or pruning setting makes every rank throw the
+  /// same pactrain::error, naming the rank, before anything changes.
+  void load(std::span<const std::byte> in) {
+    std::uint64_t fault = check_checkpoint(in);
+    sync_.get_communicator().allreduce(std::span<std::uint64_t>(&fault, 1), reduce_op::max);
+    if (fault != 0) {
+      PACTRAIN_FAIL("data_parallel::load: rank " + std::to_string((fault >> 32) & 0xffffff) +
+                    "'s checkpoint " + checkpoint_fault(fault >> 56));
+    }
+    reader r{in, header_bytes};
+    const std::uint64_t steps = detail::get_u64(in, 32);
+    const std::uint64_t skipped = detail::get_u64(in, 40);
+    const auto values = r.floats();
+    const auto momentum = r.floats();
+    const auto second = r.floats();
+    const auto pruner_bytes = r.bytes();
+    const auto state = r.bytes();
+    if (pruner_) pruner_->load(sync_, pruner_bytes);  // collective; checks its own bytes
+    sync_.load_state(state);                          // collective; after the masks
+    std::memcpy(params_.values().data(), values.data(), values.size());
+    std::memcpy(params_.momentum().data(), momentum.data(), momentum.size());
+    if (!second_.empty()) std::memcpy(second_.data(), second.data(), second.size());
+    std::visit([&](auto& o) { o.set_steps(steps); }, opt_);
+    skipped_ = skipped;
   }
 
   [[nodiscard]] engine_type& engine() noexcept { return sync_; }
@@ -206,6 +259,74 @@ class data_parallel {
     return head + "unknown fault";
   }
 
+  static constexpr char magic[8] = {'P', 'T', 'R', 'N', 'D', 'P', 'C', 'K'};
+  static constexpr std::uint32_t version = 1;
+  static constexpr std::size_t header_bytes = 48;  // magic, 4 u32, digest, steps, skipped
+
+  static void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> b) {
+    detail::put_u64(out, b.size());
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  static void put_floats(std::vector<std::byte>& out, std::span<const float> f) {
+    put_bytes(out, std::as_bytes(f));
+  }
+  // Length-prefixed sections, read in order; empty once a length runs past the end.
+  struct reader {
+    std::span<const std::byte> in;
+    std::size_t at;
+    bool ok = true;
+    std::span<const std::byte> bytes() {
+      if (!ok || in.size() - at < 8) return fail();
+      const std::uint64_t n = detail::get_u64(in, at);
+      at += 8;
+      if (in.size() - at < n) return fail();
+      const auto b = in.subspan(at, static_cast<std::size_t>(n));
+      at += static_cast<std::size_t>(n);
+      return b;
+    }
+    std::span<const std::byte> floats() { return bytes(); }
+    std::span<const std::byte> fail() {
+      ok = false;
+      return {};
+    }
+  };
+
+  // 0, or a fault word (kind << 56 | rank << 32) for this rank's checkpoint.
+  [[nodiscard]] std::uint64_t check_checkpoint(std::span<const std::byte> in) {
+    const auto word = [&](std::uint64_t kind) {
+      return (kind << 56) | (static_cast<std::uint64_t>(rank_ & 0xffffff) << 32);
+    };
+    if (in.size() < header_bytes + 8 || std::memcmp(in.data(), magic, sizeof magic) != 0 ||
+        detail::get_u32(in, 8) != version ||
+        detail::checksum(in.first(in.size() - 8)) != detail::get_u64(in, in.size() - 8)) {
+      return word(1);
+    }
+    if (detail::get_u32(in, 12) != static_cast<std::uint32_t>(ranks_) ||
+        detail::get_u32(in, 16) != static_cast<std::uint32_t>(rank_)) {
+      return word(2);
+    }
+    if (detail::get_u64(in, 24) != params_.layout().digest()) return word(3);
+    if (detail::get_u32(in, 20) != static_cast<std::uint32_t>(opt_.index())) return word(4);
+    reader r{in.first(in.size() - 8), header_bytes};
+    const std::size_t n = params_.values().size() * sizeof(float);
+    const bool sizes = r.floats().size() == n && r.floats().size() == n &&
+                       r.floats().size() == second_.size() * sizeof(float);
+    const bool pruning = !r.bytes().empty() == pruner_.has_value();
+    (void)r.bytes();
+    if (!r.ok || !sizes || r.at != in.size() - 8) return word(1);
+    if (!pruning) return word(5);
+    return 0;
+  }
+  static std::string checkpoint_fault(std::uint64_t kind) {
+    switch (kind) {
+      case 2: return "was saved by another rank or with another number of ranks";
+      case 3: return "was saved from another model (its parameters' layout differs)";
+      case 4: return "was saved with another optimizer";
+      case 5: return "was saved with another pruning setting";
+      default: return "is corrupt or truncated";
+    }
+  }
+
   static std::variant<sgd, adam> make_optimizer(const std::variant<sgd_options, adam_options>& o) {
     if (const auto* a = std::get_if<adam_options>(&o)) return adam(*a);
     return sgd(std::get<sgd_options>(o));
@@ -220,6 +341,7 @@ class data_parallel {
   std::vector<const void*> weights_;  // per parameter: its bound data and gradient
   std::vector<const void*> grads_;
   int rank_ = 0;
+  int ranks_ = 1;
   bool check_ = true;
   std::uint64_t skipped_ = 0;
 };

@@ -294,3 +294,58 @@ TEST_CASE("data_parallel: pruning from the options, and no step after a non-fini
   SUBCASE("sgd") { prune_and_skip(false); }
   SUBCASE("adamw") { prune_and_skip(true); }
 }
+
+TEST_CASE("data_parallel: a checkpoint resumes bit for bit, and a bad one changes nothing") {
+  const int rank = world_rank();
+  const int last = world_size() - 1;
+  // AdamW, ternary lanes with error feedback (residuals differ by rank), masks updated before
+  // and after the checkpoint.
+  const data_parallel_options o{
+      .optimizer = adamw_options(1e-2),
+      .pruning = {.sparsity = 0.5, .total_steps = 8, .start = 0, .end = 0.75, .updates = 4}};
+  const auto codec = [] { return error_feedback{ternary_codec{{.seed = 3}}}; };
+  auto a = make_net();
+  data_parallel dp(*a, world(), o, codec());
+  const auto train = [&](auto& d, net& m, std::uint64_t step) {
+    d.zero_grad();
+    loss_of(m, step, rank).backward();
+    d.step();
+  };
+  for (std::uint64_t step = 0; step < 3; ++step) train(dp, a, step);
+  const auto saved = dp.save();
+  std::vector<std::vector<float>> want;
+  for (std::uint64_t step = 3; step < 7; ++step) {
+    train(dp, a, step);
+    want.emplace_back(dp.params().values().begin(), dp.params().values().end());
+  }
+  auto b = make_net();
+  data_parallel resumed(*b, world(), o, codec());
+  resumed.load(saved);
+  for (std::uint64_t step = 3; step < 7; ++step) {
+    train(resumed, b, step);
+    CHECK(same_bits(resumed.params().values(), want[step - 3]));
+  }
+  CHECK((resumed.engine().masks() == dp.engine().masks()));
+  CHECK(same_bits(resumed.second_moment(), dp.second_moment()));
+  CHECK(resumed.engine().step() == dp.engine().step());
+
+  // One rank's checkpoint corrupt: every rank throws the same error, and nothing changes.
+  auto bad = saved;
+  if (rank == last) bad[bad.size() / 2] ^= std::byte{1};
+  const std::vector<float> before(resumed.params().values().begin(),
+                                  resumed.params().values().end());
+  const auto e = error_of([&] { resumed.load(bad); });
+  CHECK(e == "pactrain: data_parallel::load: rank " + std::to_string(last) +
+                 "'s checkpoint is corrupt or truncated");
+  CHECK(test::same_on_every_rank(digest_builder(1).add(e).value()));
+  CHECK(same_bits(resumed.params().values(), before));
+  CHECK(error_of([&] { resumed.load(std::span<const std::byte>(saved).first(20)); }) ==
+        "pactrain: data_parallel::load: rank " + std::to_string(last) +
+            "'s checkpoint is corrupt or truncated");
+  // Another optimizer, or no pruning.
+  auto c = make_net();
+  data_parallel other(*c, world(), {.pruning = o.pruning}, codec());
+  CHECK(error_of([&] { other.load(saved); }).ends_with("was saved with another optimizer"));
+  data_parallel dense(*c, world(), {.optimizer = o.optimizer}, codec());
+  CHECK(error_of([&] { dense.load(saved); }).ends_with("was saved with another pruning setting"));
+}
