@@ -81,17 +81,14 @@ class data_parallel {
   /// Collective: every rank builds the same model and passes the same options.
   data_parallel(::torch::nn::Module& module, Comm comm, data_parallel_options o = {},
                 Codec codec = {})
-      : params_(module, o.params),
+      : params_(module, checked(o).params),
         sync_(std::move(comm), params_.layout(), std::move(codec), o.sync),
         overlap_(params_, sync_),
         opt_(make_optimizer(o.optimizer)),
         rank_(sync_.get_communicator().rank()),
         ranks_(sync_.get_communicator().size()),
         check_(o.check_bindings) {
-    const auto& pr = o.pruning;
-    if (pr.sparsity > 0) {
-      PACTRAIN_EXPECTS(pr.total_steps > 0,
-                       "data_parallel: pruning needs total_steps (the run's optimizer steps)");
+    if (const auto& pr = o.pruning; pr.sparsity > 0) {
       pruner_.emplace(
           magnitude_pruning{.scope = pr.scope},
           gradual_schedule::over_run(pr.total_steps, pr.start, pr.end, pr.sparsity, pr.updates),
@@ -257,6 +254,17 @@ class data_parallel {
                "set_data) after data_parallel was built; build it after such calls";
     }
     return head + "unknown fault";
+  }
+
+  // The options' own checks, before the module's parameters are bound.
+  static const data_parallel_options& checked(const data_parallel_options& o) {
+    if (const auto& pr = o.pruning; pr.sparsity > 0) {
+      PACTRAIN_EXPECTS(pr.total_steps > 0,
+                       "data_parallel: pruning needs total_steps (the run's optimizer steps)");
+      (void)gradual_schedule::over_run(pr.total_steps, pr.start, pr.end, pr.sparsity, pr.updates);
+    }
+    (void)make_optimizer(o.optimizer);
+    return o;
   }
 
   static constexpr char magic[8] = {'P', 'T', 'R', 'N', 'D', 'P', 'C', 'K'};

@@ -204,6 +204,15 @@ TEST_CASE("data_parallel: unbound gradients and weights throw on every rank, nam
         true);
     CHECK(e.find("a gradient was written twice in one step") != std::string::npos);
   }
+  SUBCASE("impossible options: refused before the module is bound") {
+    auto m = make_net();
+    const auto* before = m->fc1->weight.data_ptr();
+    CHECK(error_of([&] { dp_t dp(*m, world(), {.pruning = {.sparsity = 0.5}}); }) ==
+          "pactrain: data_parallel: pruning needs total_steps (the run's optimizer steps)");
+    CHECK(error_of([&] { dp_t dp(*m, world(), {.optimizer = adam_options{.beta1 = 1}}); }) ==
+          "pactrain: adam: beta1 and beta2 must lie in [0, 1)");
+    CHECK(m->fc1->weight.data_ptr() == before);
+  }
   SUBCASE("a step without zero_grad") {
     auto m = make_net();
     dp_t dp(*m, world());
