@@ -52,12 +52,27 @@ function(pactrain_target_defaults target)
   target_link_libraries(${target} PRIVATE pactrain_project_options)
 endfunction()
 
-# pactrain_add_program(<target> SOURCES <file>... [MPI] [LIBRARIES <lib>...]): an example or
-# benchmark executable written to the current binary directory. It is skipped (and
-# <target>_ADDED set to FALSE in the caller) when a source does not exist yet or when it
-# needs MPI and PACTRAIN_WITH_MPI is OFF, so the tree builds at every stage.
+# pactrain_use_torch_pch(<target>): <target>, which links pactrain::torch, reuses one
+# precompiled <torch/torch.h>. Parsing LibTorch's headers is most of the 30-40 s each such
+# translation unit costs on 2 cores; GCC takes the header built at -O3 in the tests' -O2
+# builds too, and a translation unit whose options do not fit it compiles without it.
+function(pactrain_use_torch_pch target)
+  if(NOT TARGET pactrain_torch_pch)
+    add_library(pactrain_torch_pch OBJECT "${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp")
+    target_link_libraries(pactrain_torch_pch PRIVATE pactrain::mpi pactrain::torch)
+    pactrain_target_defaults(pactrain_torch_pch)
+    target_precompile_headers(pactrain_torch_pch PRIVATE <torch/torch.h>)
+  endif()
+  target_precompile_headers(${target} REUSE_FROM pactrain_torch_pch)
+endfunction()
+
+# pactrain_add_program(<target> SOURCES <file>... [MPI] [TORCH_PCH] [LIBRARIES <lib>...]): an
+# example or benchmark executable written to the current binary directory; TORCH_PCH for a
+# LibTorch program whose options fit the shared precompiled header (pactrain_use_torch_pch).
+# It is skipped (and <target>_ADDED set to FALSE in the caller) when a source does not exist
+# yet or when it needs MPI and PACTRAIN_WITH_MPI is OFF, so the tree builds at every stage.
 function(pactrain_add_program target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "MPI" "" "SOURCES;LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "MPI;TORCH_PCH" "" "SOURCES;LIBRARIES")
   set(${target}_ADDED FALSE PARENT_SCOPE)
   foreach(source IN LISTS arg_SOURCES)
     if(NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/${source}")
@@ -76,6 +91,9 @@ function(pactrain_add_program target)
   endif()
   target_link_libraries(${target} PRIVATE ${arg_LIBRARIES})
   pactrain_target_defaults(${target})
+  if(arg_TORCH_PCH)
+    pactrain_use_torch_pch(${target})
+  endif()
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}")
   set(${target}_ADDED TRUE PARENT_SCOPE)
 endfunction()

@@ -68,6 +68,9 @@ function(pactrain_test_executable target stem subdir source)
   # Shared test helpers: #include "common/<helper>.hpp".
   target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests")
   pactrain_target_defaults(${target})
+  if("pactrain::torch" IN_LIST ARGN)
+    pactrain_use_torch_pch(${target})
+  endif()
   # Release tests at -O2 (it follows, so it wins over, the configuration's -O3): -O3 makes
   # these template-heavy files compile about 1.6x slower, which matters on 2 cores, and the
   # tests need no more. Examples and benchmarks keep -O3.
