@@ -178,9 +178,9 @@ class data_parallel {
     reader r{in, header_bytes};
     const std::uint64_t steps = detail::get_u64(in, 32);
     const std::uint64_t skipped = detail::get_u64(in, 40);
-    const auto values = r.floats();
-    const auto momentum = r.floats();
-    const auto second = r.floats();
+    const auto values = r.bytes();
+    const auto momentum = r.bytes();
+    const auto second = r.bytes();
     const auto pruner_bytes = r.bytes();
     const auto state = r.bytes();
     if (pruner_) pruner_->load(sync_, pruner_bytes);  // collective; checks its own bytes
@@ -292,7 +292,6 @@ class data_parallel {
       at += static_cast<std::size_t>(n);
       return b;
     }
-    std::span<const std::byte> floats() { return bytes(); }
     std::span<const std::byte> fail() {
       ok = false;
       return {};
@@ -317,8 +316,8 @@ class data_parallel {
     if (detail::get_u32(in, 20) != static_cast<std::uint32_t>(opt_.index())) return word(4);
     reader r{in.first(in.size() - 8), header_bytes};
     const std::size_t n = params_.values().size() * sizeof(float);
-    const bool sizes = r.floats().size() == n && r.floats().size() == n &&
-                       r.floats().size() == second_.size() * sizeof(float);
+    const bool sizes = r.bytes().size() == n && r.bytes().size() == n &&
+                       r.bytes().size() == second_.size() * sizeof(float);
     const bool pruning = !r.bytes().empty() == pruner_.has_value();
     (void)r.bytes();
     if (!r.ok || !sizes || r.at != in.size() - 8) return word(1);

@@ -35,31 +35,9 @@ using test::world_size;
 
 using dp_t = data_parallel<mpi_communicator>;
 
-struct net_impl : torch::nn::Module {
-  net_impl()
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)))),
-        fc1(register_module("fc1", torch::nn::Linear(4 * 4 * 4, 16))),
-        fc2(register_module("fc2", torch::nn::Linear(16, 4))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(torch::max_pool2d(conv->forward(x), 2));
-    return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
-  }
-  torch::nn::Conv2d conv;
-  torch::nn::Linear fc1, fc2;
-};
-TORCH_MODULE_IMPL(net, net_impl);
-
-net make_net() {
-  torch::manual_seed(7);
-  return net();
-}
-torch::Tensor loss_of(net& m, std::uint64_t step, int rank, torch::Dtype dtype = torch::kFloat32) {
-  torch::manual_seed(static_cast<std::uint64_t>(1000 * step) + static_cast<std::uint64_t>(rank));
-  const auto x = torch::randn({5, 1, 10, 10}).to(dtype);
-  const auto y = torch::randint(0, 4, {5});
-  return torch::nn::functional::cross_entropy(m->forward(x), y);
-}
-
+using test::loss_of;
+using test::make_net;
+using test::net;
 using test::same_bits;
 
 std::uint64_t digest_of(std::span<const float> v) {
@@ -70,17 +48,29 @@ std::uint64_t digest_of(std::span<const float> v) {
 
 mpi_communicator world() { return mpi_communicator{MPI_COMM_WORLD}; }
 
-// The error every rank's step() throws after `mistake` (run between zero_grad and step, on the
-// ranks `on`), gathered as a digest so the test can tell whether every rank saw the same.
+// The error step() throws on this rank after `mistake(model)` (run between zero_grad and step
+// on the ranks `on`; the others run a plain backward pass), with a fresh model and engine;
+// checks that the bound weights did not change (no optimizer step).
 template <class Mistake>
-std::string step_error(net& m, dp_t& dp, Mistake&& mistake, bool on) {
+std::string step_error(Mistake&& mistake, bool on = true) {
+  auto m = make_net();
+  dp_t dp(*m, world());
+  const std::vector<float> before(dp.params().values().begin(), dp.params().values().end());
   dp.zero_grad();
   if (on) {
-    mistake();
+    mistake(m);
   } else {
     loss_of(m, 0, world_rank()).backward();
   }
-  return error_of([&] { dp.step(); });
+  auto e = error_of([&] { dp.step(); });
+  CHECK(same_bits(dp.params().values(), before));
+  return e;
+}
+
+// Module::zero_grad's default habit, then backward: every gradient is a new tensor.
+void set_to_none(net& m) {
+  m->zero_grad(/*set_to_none=*/true);
+  loss_of(m, 0, world_rank()).backward();
 }
 
 }  // namespace
@@ -139,69 +129,36 @@ TEST_CASE("data_parallel: unbound gradients and weights throw on every rank, nam
   const int rank = world_rank();
   const int last = world_size() - 1;
   SUBCASE("gradients set to none, on every rank") {
-    auto m = make_net();
-    dp_t dp(*m, world());
-    const std::vector<float> before(dp.params().values().begin(), dp.params().values().end());
-    const auto e = step_error(
-        m, dp,
-        [&] {
-          m->zero_grad(/*set_to_none=*/true);
-          loss_of(m, 0, rank).backward();
-        },
-        true);
+    const auto e = step_error(set_to_none);
     CHECK(e.find("the gradient of 'conv.weight' is not the bound buffer") != std::string::npos);
     CHECK(e.find("set to none") != std::string::npos);
-    CHECK(same_bits(dp.params().values(), before));  // no optimizer step
   }
   SUBCASE("one rank alone: every rank throws its error") {
-    auto m = make_net();
-    dp_t dp(*m, world());
-    const auto e = step_error(
-        m, dp,
-        [&] {
-          m->zero_grad(/*set_to_none=*/true);
-          loss_of(m, 0, rank).backward();
-        },
-        rank == last);
+    const auto e = step_error(set_to_none, rank == last);
     CHECK(e.find("on rank " + std::to_string(last) + ", the gradient of 'conv.weight'") !=
           std::string::npos);
     CHECK(test::same_on_every_rank(digest_builder(1).add(e).value()));
   }
   SUBCASE("a gradient assigned a new tensor") {
-    auto m = make_net();
-    dp_t dp(*m, world());
-    const auto e = step_error(
-        m, dp,
-        [&] {
-          loss_of(m, 0, rank).backward();
-          m->fc1->weight.mutable_grad() = torch::zeros_like(m->fc1->weight);
-        },
-        true);
+    const auto e = step_error([&](net& m) {
+      loss_of(m, 0, rank).backward();
+      m->fc1->weight.mutable_grad() = torch::zeros_like(m->fc1->weight);
+    });
     CHECK(e.find("the gradient of 'fc1.weight' is not the bound buffer") != std::string::npos);
   }
   SUBCASE("the module converted after setup") {
-    auto m = make_net();
-    dp_t dp(*m, world());
-    const auto e = step_error(
-        m, dp,
-        [&] {
-          m->to(torch::kDouble);
-          loss_of(m, 0, rank, torch::kDouble).backward();
-        },
-        true);
+    const auto e = step_error([&](net& m) {
+      m->to(torch::kDouble);
+      loss_of(m, 0, rank, torch::kDouble).backward();
+    });
     CHECK(e.find("'conv.weight' is not the bound buffer: the module was moved or converted") !=
           std::string::npos);
   }
   SUBCASE("two backward passes outside no_sync") {
-    auto m = make_net();
-    dp_t dp(*m, world());
-    const auto e = step_error(
-        m, dp,
-        [&] {
-          loss_of(m, 0, rank).backward();
-          loss_of(m, 1, rank).backward();
-        },
-        true);
+    const auto e = step_error([&](net& m) {
+      loss_of(m, 0, rank).backward();
+      loss_of(m, 1, rank).backward();
+    });
     CHECK(e.find("a gradient was written twice in one step") != std::string::npos);
   }
   SUBCASE("impossible options: refused before the module is bound") {

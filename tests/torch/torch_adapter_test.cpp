@@ -35,34 +35,10 @@ using test::world_size;
 
 using sync_t = pactrain::sync<mpi_communicator>;
 
-struct net_impl : torch::nn::Module {
-  net_impl()
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)))),
-        fc1(register_module("fc1", torch::nn::Linear(4 * 4 * 4, 16))),
-        fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(torch::max_pool2d(conv->forward(x), 2));
-    return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
-  }
-  torch::nn::Conv2d conv;
-  torch::nn::Linear fc1, fc2;
-};
-TORCH_MODULE_IMPL(net, net_impl);
-
-// The same model on every rank (seeded), and this rank's batch.
-net make_net() {
-  torch::manual_seed(7);
-  return net();
-}
-std::pair<torch::Tensor, torch::Tensor> batch(std::uint64_t step, int rank) {
-  torch::manual_seed(static_cast<std::uint64_t>(1000 * step) + static_cast<std::uint64_t>(rank));
-  return {torch::randn({5, 1, 10, 10}), torch::randint(0, 3, {5})};
-}
-torch::Tensor loss_of(net& m, std::uint64_t step, int rank) {
-  const auto [x, y] = batch(step, rank);
-  return torch::nn::functional::cross_entropy(m->forward(x), y);
-}
-
+using test::batch;
+using test::loss_of;
+using test::make_net;
+using test::net;
 using test::same_bits;
 
 // A sync engine that records which buckets are submitted, and when.
